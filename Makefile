@@ -1,0 +1,56 @@
+# Two commands for a fresh machine with Python 3.11:  make book  and  make test.
+# Both create .venv and install everything on first use (and again whenever pyproject.toml changes).
+
+PYTHON     ?= python3
+VENV       := .venv
+BIN        := $(VENV)/bin
+STAMP      := $(VENV)/.installed
+# Installed first, before anything that depends on torch: an open torch requirement with no torch
+# present would pull a multi-GB CUDA build. Override on other machines, e.g. TORCH_SPEC=torch.
+TORCH_SPEC ?= torch==2.13.0
+NBGRADER   := cd exercises && ../$(BIN)/nbgrader
+# nbgrader runs helper programs (alembic) from the environment: put the venv first on PATH.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: install book test exercises grade sync-setup clean help
+
+help:
+	@echo "make book       build the site into _build/html"
+	@echo "make test       run the whole test suite (unit, book, site, exercises)"
+	@echo "make exercises  regenerate exercises/release/ from exercises/source/"
+	@echo "make grade      autograde and give feedback for everything in exercises/submitted/"
+	@echo "make sync-setup rewrite the first (setup) cell of every notebook from its one template"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: install
+	$(BIN)/jupyter-book build . -W --keep-going
+	@echo
+	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
+
+test: install
+	$(BIN)/python -m pytest
+
+exercises: install
+	$(NBGRADER) generate_assignment "*" --force --no-db
+
+# Autograde everything in exercises/submitted/<student>/<assignment>/, write HTML feedback (hidden tests
+# removed) to exercises/feedback/ and the grades to exercises/grades.csv. generate_assignment first
+# records the source's test cells in the gradebook (its release output is identical to the committed one).
+grade: install
+	$(NBGRADER) generate_assignment "*" --force
+	$(NBGRADER) autograde "*"
+	$(NBGRADER) generate_feedback "*"
+	$(NBGRADER) export
+
+sync-setup: install
+	$(BIN)/python tests/setup_cell.py --write
+
+clean:
+	rm -rf _build exercises/autograded exercises/feedback exercises/gradebook.db

@@ -1,0 +1,74 @@
+"""The one setup cell that opens every notebook, derived from the repository URL in _config.yml.
+
+    python tests/setup_cell.py --write   # (make sync-setup) rewrite the first cell of every notebook
+
+tests/test_notebooks.py checks that every notebook starts with exactly this cell.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+# On the site the setup cell is collapsed behind a toggle: it is the same on every page.
+SETUP_TAGS = ["hide-cell"]
+
+
+def repo_url() -> str:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return config["repository"]["url"].rstrip("/")
+
+
+def setup_source() -> str:
+    return f'''\
+# Setup: the same first cell in every notebook of the course.
+# Where course_lib is missing (as on Colab) it is installed from the course repository.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "git+{repo_url()}"], check=True)
+
+from course_lib.notebook import setup
+
+device = setup(seed=0)'''
+
+
+def notebook_paths() -> list[pathlib.Path]:
+    """Every chapter and exercise notebook (source and release) of the course."""
+    found = []
+    for folder in ("book", "exercises/source", "exercises/release"):
+        found += [p for p in sorted((ROOT / folder).rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+    return found
+
+
+def first_code_cell(nb: dict) -> dict:
+    return next(c for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def write_all() -> None:
+    source = setup_source()
+    for path in notebook_paths():
+        nb = json.loads(path.read_text())
+        cell = nb["cells"][0]
+        if cell["cell_type"] != "code":
+            raise SystemExit(f"{path}: the first cell must be the setup code cell")
+        if "".join(cell["source"]) != source or cell["metadata"].get("tags") != SETUP_TAGS:
+            cell["source"] = source.splitlines(keepends=True)
+            cell["metadata"]["tags"] = SETUP_TAGS
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            print(f"updated {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        raise SystemExit(__doc__)
+    write_all()
