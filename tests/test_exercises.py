@@ -66,12 +66,27 @@ def with_cell(nb: dict, grade_id: str, source: str) -> dict:
     return nb
 
 
-def nbgrader(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
+def _nbgrader_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nbgrader", *args]
+
+
+def _env() -> dict:
+    # nbgrader runs helper programs (alembic) found on PATH: put this environment's bin first
+    return dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def nbgrader(*args: str, cwd: pathlib.Path) -> None:
+    nbgrader_in_parallel([cwd], *args)
+
+
+def nbgrader_in_parallel(folders: list[pathlib.Path], *args: str) -> None:
+    """Run the same nbgrader command in several course folders at once (one per core)."""
+    procs = [(folder, subprocess.Popen(_nbgrader_command(*args), cwd=folder, env=_env(), text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+             for folder in folders]
+    for folder, proc in procs:
+        out, _ = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed in {folder}:\n{out[-4000:]}"
 
 
 def submissions() -> dict[tuple[str, str], dict]:
@@ -100,46 +115,65 @@ def submissions() -> dict[tuple[str, str], dict]:
     return subs
 
 
+# Grading is split into two course folders (two gradebooks) that nbgrader processes at the same time.
+N_SHARDS = 2
+
+
+def shard_of(assignment: str) -> int:
+    return ALL_ASSIGNMENTS.index(assignment) % N_SHARDS
+
+
 @pytest.fixture(scope="session")
-def course(tmp_path_factory) -> pathlib.Path:
-    """A copy of the course directory with the assignments generated (and recorded in its gradebook)."""
-    root = tmp_path_factory.mktemp("course")
-    shutil.copy(EXERCISES / "nbgrader_config.py", root)
+def courses(tmp_path_factory) -> dict[int, pathlib.Path]:
+    """Copies of the course directory, assignments generated and recorded in each one's gradebook."""
+    roots = {}
     for assignment in ASSIGNMENTS:
-        shutil.copytree(EXERCISES / "source" / assignment, root / "source" / assignment)
-    nbgrader("generate_assignment", "*", "--force", cwd=root)
-    return root
+        shard = shard_of(assignment)
+        if shard not in roots:
+            roots[shard] = tmp_path_factory.mktemp(f"course{shard}")
+            shutil.copy(EXERCISES / "nbgrader_config.py", roots[shard])
+        shutil.copytree(EXERCISES / "source" / assignment, roots[shard] / "source" / assignment)
+    nbgrader_in_parallel(list(roots.values()), "generate_assignment", "*", "--force")
+    return roots
+
+
+def course_of(courses, assignment: str) -> pathlib.Path:
+    return courses[shard_of(assignment)]
+
+
+def _hashes(folder: pathlib.Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
 
 
 @pytest.fixture(scope="session")
-def graded(course) -> dict:
-    """Submit every variant, autograde them all in one run, and return the scores."""
+def graded(courses) -> dict:
+    """Submit every variant, autograde them all (the shards in parallel), and return the scores."""
     subs = submissions()
     for (student, assignment), nb in subs.items():
         (name,) = [p.name for p in notebooks(EXERCISES / "source" / assignment)]
-        folder = course / "submitted" / student / assignment
+        folder = course_of(courses, assignment) / "submitted" / student / assignment
         folder.mkdir(parents=True)
         (folder / name).write_text(json.dumps(nb, indent=1))
-    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (course / "submitted").rglob("*") if p.is_file()}
-    nbgrader("autograde", "*", f"--Execute.timeout={TEST_TIMEOUT}", cwd=course)
-    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (course / "submitted").rglob("*") if p.is_file()}
+    before = {shard: _hashes(root / "submitted") for shard, root in courses.items()}
+    nbgrader_in_parallel(list(courses.values()), "autograde", "*", f"--Execute.timeout={TEST_TIMEOUT}")
+    after = {shard: _hashes(root / "submitted") for shard, root in courses.items()}
 
     from nbgrader.api import Gradebook
 
     scores = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for student, assignment in subs:
-            (name,) = [p.stem for p in notebooks(EXERCISES / "source" / assignment)]
+    for student, assignment in subs:
+        (name,) = [p.stem for p in notebooks(EXERCISES / "source" / assignment)]
+        with Gradebook(f"sqlite:///{course_of(courses, assignment) / 'gradebook.db'}") as gb:
             nb = gb.find_submission_notebook(name, assignment, student)
             scores[(student, assignment)] = {g.name: (g.score, g.max_score) for g in nb.grades}
-    return {"scores": scores, "unchanged": before == after, "course": course}
+    return {"scores": scores, "unchanged": before == after, "courses": courses}
 
 
 # --- the release ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_release_is_up_to_date(course, assignment):
-    fresh = {p.name: load(p) for p in notebooks(course / "release" / assignment)}
+def test_release_is_up_to_date(courses, assignment):
+    fresh = {p.name: load(p) for p in notebooks(course_of(courses, assignment) / "release" / assignment)}
     committed = {p.name: load(p) for p in notebooks(EXERCISES / "release" / assignment)}
     assert fresh.keys() == committed.keys()
     for name in fresh:
@@ -244,7 +278,7 @@ def test_grading_does_not_change_submissions(graded):
 @needs_loop_assignment
 @pytest.mark.parametrize("student", [f"wrong-{LOOP_TASK}", "looping"])
 def test_feedback_names_the_mistake_and_hides_the_hidden_tests(graded, student):
-    course = graded["course"]
+    course = course_of(graded["courses"], LOOP_ASSIGNMENT)
     nbgrader("generate_feedback", LOOP_ASSIGNMENT, f"--student={student}", cwd=course)
     (html,) = (course / "feedback" / student / LOOP_ASSIGNMENT).glob("*.html")
     text = html.read_text()
