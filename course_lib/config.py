@@ -1,0 +1,141 @@
+"""ModelConfig: every shape and variant of a decoder-only model, validated once, in one place.
+
+Only the model (``model.DecoderLM``) and the counting functions see a whole config; the leaf modules
+take plain scalars. ``PRESETS`` holds published shapes of real models by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ModelConfig", "PRESETS", "get_preset"]
+
+Norm = Literal["rms", "layer"]
+Placement = Literal["pre", "post"]
+FFN = Literal["swiglu", "gelu", "relu"]
+Positional = Literal["rope", "sinusoidal", "learned", "alibi", "none"]
+
+_CHOICES = {
+    "norm": ("rms", "layer"),
+    "placement": ("pre", "post"),
+    "ffn": ("swiglu", "gelu", "relu"),
+    "positional": ("rope", "sinusoidal", "learned", "alibi", "none"),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and variants of a decoder-only transformer.
+
+    Shape letters (see the notation page): V = vocab_size, D = d_model, N = n_layers, H = n_heads,
+    H_kv = n_kv_heads, D_h = head_dim (default D / H), F = d_ff.
+
+    The defaults describe the modern pre-norm block: RMSNorm, RoPE, SwiGLU, no biases. The variants
+    the course compares are selected by ``norm``, ``placement``, ``ffn`` and ``positional``; ``bias``
+    adds biases to every linear layer and LayerNorm (as in GPT-2 and GPT-3).
+    """
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    n_kv_heads: int | None = None  # None: equal to n_heads (multi-head attention)
+    head_dim: int | None = None  # None: d_model // n_heads
+    max_seq_len: int = 2048
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    norm: Norm = "rms"
+    placement: Placement = "pre"
+    ffn: FFN = "swiglu"
+    positional: Positional = "rope"
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
+            _positive_int(name, getattr(self, name))
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        _positive_int("n_kv_heads", self.n_kv_heads)
+        if self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim is None:
+            if self.d_model % self.n_heads != 0:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
+                    f"or head_dim must be given"
+                )
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        _positive_int("head_dim", self.head_dim)
+        if self.positional == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim ({self.head_dim}) must be even for RoPE, which rotates pairs of dimensions")
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be even for sinusoidal positions (sin/cos pairs)")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta ({self.rope_theta}) must be positive")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps ({self.norm_eps}) must be positive")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("tie_embeddings", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def n_rep(self) -> int:
+        """How many query heads share each key/value head: H / H_kv (1 for MHA, H for MQA)."""
+        return self.n_heads // self.n_kv_heads
+
+    def replace(self, **changes) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} ({value}) must be positive")
+
+
+# Published shapes. Sources: the models' papers and released configuration files
+# (Touvron et al. 2023 for Llama 2; Meta's Llama 3 release; Jiang et al. 2023 for Mistral 7B v0.1;
+# Brown et al. 2020, table 2.1, for GPT-3).
+PRESETS: dict[str, ModelConfig] = {
+    "llama-2-7b": ModelConfig(
+        vocab_size=32_000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=11_008,
+        max_seq_len=4096, rope_theta=10_000.0, norm_eps=1e-5,
+    ),
+    "llama-2-70b": ModelConfig(
+        vocab_size=32_000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28_672,
+        max_seq_len=4096, rope_theta=10_000.0, norm_eps=1e-5,
+    ),
+    "llama-3-8b": ModelConfig(
+        vocab_size=128_256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336,
+        max_seq_len=8192, rope_theta=500_000.0, norm_eps=1e-5,
+    ),
+    "mistral-7b": ModelConfig(
+        vocab_size=32_000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336,
+        max_seq_len=32_768, rope_theta=10_000.0, norm_eps=1e-5,
+    ),
+    "gpt-3-175b": ModelConfig(
+        vocab_size=50_257, d_model=12_288, n_layers=96, n_heads=96, d_ff=4 * 12_288, max_seq_len=2048,
+        norm="layer", ffn="gelu", positional="learned", tie_embeddings=True, bias=True,
+    ),
+    # The course's own small model: runs anywhere in milliseconds.
+    "tiny": ModelConfig(
+        vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=172, max_seq_len=128,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The preset called ``name``, with a helpful error for unknown names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None

@@ -1,0 +1,168 @@
+"""Counting a decoder-only model: parameters, FLOPs, the attention/FFN crossover, KV-cache and training
+memory — all pure functions of a :class:`~course_lib.config.ModelConfig`.
+
+Conventions
+-----------
+* Parameters are counted exactly as ``model.DecoderLM`` builds them (tests compare with
+  ``sum(p.numel())`` of the model on the ``meta`` device, and with Hugging Face's Llama/Mistral).
+* FLOPs are forward-pass FLOPs, a multiply-add counting 2: a (m × k) @ (k × n) product costs 2·m·k·n.
+  The attention scores are counted for all T × S query–key pairs, as a dense kernel computes them (a
+  causal kernel that skips the masked half does about half the work). Softmax is counted as 5 FLOPs
+  per score (max, subtract, exp, sum, divide) — a convention, not a measurement. Norms, activations,
+  RoPE and residual adds are elementwise and left out: they are O(T·D), negligible next to the
+  matrix products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import ModelConfig
+
+__all__ = [
+    "ParamCount",
+    "count_params",
+    "approx_params",
+    "block_flops",
+    "crossover_length",
+    "kv_cache_bytes",
+    "weight_bytes",
+    "training_bytes",
+]
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Exact parameter counts: the total and where they are. ``per_block`` is one block's split."""
+
+    total: int
+    embedding: int
+    positional: int
+    attention: int
+    ffn: int
+    norms: int
+    lm_head: int
+    per_block: dict[str, int]
+
+    def as_dict(self) -> dict[str, int]:
+        """The model-wide components (without ``per_block``)."""
+        d = asdict(self)
+        d.pop("per_block")
+        return d
+
+
+def _norm_params(c: ModelConfig) -> int:
+    """RMSNorm has a gain per feature; LayerNorm a gain, and a bias when the config has biases."""
+    return c.d_model * (2 if c.norm == "layer" and c.bias else 1)
+
+
+def _attention_params(c: ModelConfig) -> int:
+    q_width = c.n_heads * c.head_dim  # H · D_h
+    kv_width = c.n_kv_heads * c.head_dim  # H_kv · D_h
+    weights = c.d_model * q_width + 2 * c.d_model * kv_width + q_width * c.d_model  # w_q, w_k, w_v, w_o
+    biases = (q_width + 2 * kv_width + c.d_model) if c.bias else 0
+    return weights + biases
+
+
+def _ffn_params(c: ModelConfig) -> int:
+    if c.ffn == "swiglu":  # w_gate, w_up: D → F; w_down: F → D
+        return 3 * c.d_model * c.d_ff + ((2 * c.d_ff + c.d_model) if c.bias else 0)
+    return 2 * c.d_model * c.d_ff + ((c.d_ff + c.d_model) if c.bias else 0)  # w_up, w_down
+
+
+def count_params(config: ModelConfig) -> ParamCount:
+    """Exact parameter count of ``DecoderLM(config)``, split by component.
+
+    Per block: attention (w_q, w_k, w_v, w_o), FFN, two norms. Model: token embedding V·D, learned
+    positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm, and an LM head V·D
+    unless it is tied to the embedding.
+    """
+    c = config
+    per_block = {"attention": _attention_params(c), "ffn": _ffn_params(c), "norms": 2 * _norm_params(c)}
+    embedding = c.vocab_size * c.d_model
+    positional = c.max_seq_len * c.d_model if c.positional == "learned" else 0
+    lm_head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
+    parts = {
+        "embedding": embedding,
+        "positional": positional,
+        "attention": c.n_layers * per_block["attention"],
+        "ffn": c.n_layers * per_block["ffn"],
+        "norms": c.n_layers * per_block["norms"] + _norm_params(c),  # + the final norm
+        "lm_head": lm_head,
+    }
+    return ParamCount(total=sum(parts.values()), per_block=per_block, **parts)
+
+
+def approx_params(config: ModelConfig) -> int:
+    """The rule of thumb 12·N·D² + 2·V·D.
+
+    Exact for multi-head attention (4·D² per block) with a 4·D GELU FFN (8·D²) and untied embeddings,
+    ignoring norms and biases. SwiGLU with F = 8/3·D also has 8·D² FFN parameters; GQA, other widths
+    and tying make it drift (chapter 8 compares).
+    """
+    c = config
+    return 12 * c.n_layers * c.d_model**2 + 2 * c.vocab_size * c.d_model
+
+
+def block_flops(config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int | None = None) -> dict[str, int]:
+    """Forward FLOPs of one block by component, for ``batch`` sequences of ``seq_len`` queries
+    attending to ``kv_len`` keys (default ``seq_len``; larger when decoding with a cache).
+
+    Keys: q_proj, k_proj, v_proj, o_proj, qk (scores QKᵀ), softmax, av (weights × V), and the FFN's
+    matrices (ffn_gate, ffn_up, ffn_down for SwiGLU; ffn_up, ffn_down otherwise). See the module
+    docstring for the conventions.
+    """
+    c = config
+    if seq_len <= 0 or batch <= 0:
+        raise ValueError(f"seq_len ({seq_len}) and batch ({batch}) must be positive")
+    s = seq_len if kv_len is None else kv_len
+    if s < seq_len:
+        raise ValueError(f"kv_len ({s}) must be at least seq_len ({seq_len}): queries attend to themselves")
+    tokens = batch * seq_len
+    q_width, kv_width = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    flops = {
+        "q_proj": 2 * tokens * c.d_model * q_width,
+        "k_proj": 2 * tokens * c.d_model * kv_width,
+        "v_proj": 2 * tokens * c.d_model * kv_width,
+        "o_proj": 2 * tokens * q_width * c.d_model,
+        "qk": 2 * batch * c.n_heads * seq_len * s * c.head_dim,
+        "softmax": 5 * batch * c.n_heads * seq_len * s,
+        "av": 2 * batch * c.n_heads * seq_len * s * c.head_dim,
+    }
+    matrix = 2 * tokens * c.d_model * c.d_ff
+    if c.ffn == "swiglu":
+        flops.update(ffn_gate=matrix, ffn_up=matrix, ffn_down=matrix)
+    else:
+        flops.update(ffn_up=matrix, ffn_down=matrix)
+    return flops
+
+
+def crossover_length(config: ModelConfig) -> float:
+    """The sequence length T at which the attention core (QKᵀ, softmax, AV) costs as many FLOPs as the
+    FFN. Per sequence the core costs (4·D_h + 5)·H·T² and the FFN m·D·F·T (m = 6 for SwiGLU's three
+    matrices, 4 for two), so T = m·D·F / ((4·D_h + 5)·H). Below it the FFN dominates.
+    """
+    c = config
+    m = 6 if c.ffn == "swiglu" else 4
+    return m * c.d_model * c.d_ff / ((4 * c.head_dim + 5) * c.n_heads)
+
+
+def kv_cache_bytes(config: ModelConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
+    """Bytes of a KV cache holding ``seq_len`` positions: 2 (K and V) · N · H_kv · D_h · T · B · bytes.
+
+    Grouped-query attention shrinks it by H / H_kv relative to multi-head attention.
+    """
+    c = config
+    return 2 * c.n_layers * c.n_kv_heads * c.head_dim * seq_len * batch * bytes_per_element
+
+
+def weight_bytes(config: ModelConfig, bytes_per_param: int = 2) -> int:
+    """Bytes to hold the weights (2 per parameter in 16-bit: bfloat16 or float16)."""
+    return count_params(config).total * bytes_per_param
+
+
+def training_bytes(config: ModelConfig, weight: int = 2, grad: int = 2, optimizer: int = 12) -> int:
+    """Bytes of training state per the usual mixed-precision Adam recipe, activations excluded:
+    16-bit weights and gradients plus float32 master weights and Adam's two moments (4 + 4 + 4 = 12),
+    16 bytes per parameter in all."""
+    return count_params(config).total * (weight + grad + optimizer)

@@ -1,0 +1,155 @@
+"""course_lib.counting and config: exact counts against Hugging Face models built on the meta device,
+published totals, FLOPs against torch's FlopCounterMode, and clear config errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from course_lib import counting
+from course_lib.config import PRESETS, ModelConfig, get_preset
+
+# Totals of the released checkpoints (the sum of their tensors' sizes).
+PUBLISHED = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "mistral-7b": 7_241_732_096,
+}
+
+
+def hf_model_on_meta(cfg: ModelConfig):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+    )
+    with torch.device("meta"):
+        return LlamaForCausalLM(hf)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_counts_match_published_totals_and_hugging_face(name):
+    cfg = PRESETS[name]
+    count = counting.count_params(cfg)
+    assert count.total == PUBLISHED[name]
+    hf = hf_model_on_meta(cfg)
+    assert count.total == sum(p.numel() for p in hf.parameters())
+    assert count.lm_head == hf.lm_head.weight.numel()
+    layer = hf.model.layers[0]
+    assert count.per_block["attention"] == sum(p.numel() for p in layer.self_attn.parameters())
+    assert count.per_block["ffn"] == sum(p.numel() for p in layer.mlp.parameters())
+
+
+def test_tied_and_untied_differ_by_the_head():
+    cfg = PRESETS["tiny"]
+    tied = cfg.replace(tie_embeddings=True)
+    assert counting.count_params(cfg).total - counting.count_params(tied).total == cfg.vocab_size * cfg.d_model
+    assert sum(p.numel() for p in hf_model_on_meta(tied).parameters()) == counting.count_params(tied).total
+
+
+def test_gpt3_is_175_billion():
+    total = counting.count_params(PRESETS["gpt-3-175b"]).total
+    assert 174e9 < total < 176e9
+
+
+def test_breakdown_sums_to_total():
+    for cfg in PRESETS.values():
+        count = counting.count_params(cfg)
+        parts = {k: v for k, v in count.as_dict().items() if k != "total"}
+        assert sum(parts.values()) == count.total
+        assert count.attention + count.ffn == cfg.n_layers * (count.per_block["attention"] + count.per_block["ffn"])
+
+
+def test_rule_of_thumb_is_exact_for_its_assumptions():
+    cfg = ModelConfig(vocab_size=1000, d_model=64, n_layers=3, n_heads=4, d_ff=256, ffn="gelu", norm="layer")
+    count = counting.count_params(cfg)
+    assert counting.approx_params(cfg) == count.total - count.norms
+
+
+def test_gqa_saves_attention_parameters():
+    gqa = PRESETS["llama-2-70b"]
+    mha = gqa.replace(n_kv_heads=gqa.n_heads)
+    saved = 1 - counting.count_params(gqa).per_block["attention"] / counting.count_params(mha).per_block["attention"]
+    # K and V shrink 8×: (2 + 2/8) / 4 of the MHA attention parameters remain
+    assert saved == pytest.approx(1 - (2 + 2 / 8) / 4)
+
+
+def test_crossover_length_of_llama_3_8b():
+    t = counting.crossover_length(PRESETS["llama-3-8b"])
+    assert round(t) == 21_296
+    flops = counting.block_flops(PRESETS["llama-3-8b"], seq_len=round(t))
+    core = flops["qk"] + flops["softmax"] + flops["av"]
+    ffn = flops["ffn_gate"] + flops["ffn_up"] + flops["ffn_down"]
+    assert core / ffn == pytest.approx(1.0, rel=1e-4)
+
+
+def test_matmul_flops_match_torch_flop_counter():
+    cfg = ModelConfig(vocab_size=100, d_model=64, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=96)
+    b, t = 2, 10
+    x = torch.randn(b, t, cfg.d_model)
+    w = {n: torch.randn(i, o) for n, (i, o) in {
+        "q": (64, 64), "k": (64, 32), "v": (64, 32), "o": (64, 64),
+        "gate": (64, 96), "up": (64, 96), "down": (96, 64)}.items()}
+    with FlopCounterMode(display=False) as counter:
+        q = (x @ w["q"]).view(b, t, 4, 16).transpose(1, 2)  # (B, H, T, D_h)
+        k = (x @ w["k"]).view(b, t, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)  # (B, H, T, D_h)
+        v = (x @ w["v"]).view(b, t, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)  # (B, H, T, D_h)
+        scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+        out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 64) @ w["o"]
+        (F.silu(out @ w["gate"]) * (out @ w["up"])) @ w["down"]
+    expected = counting.block_flops(cfg, seq_len=t, batch=b)
+    measured = counter.get_total_flops()
+    assert measured == sum(v for k, v in expected.items() if k != "softmax")
+
+
+def test_kv_cache_bytes_of_llama_3_8b_at_8k():
+    cfg = PRESETS["llama-3-8b"]
+    n = counting.kv_cache_bytes(cfg, seq_len=8192)
+    assert n == 2 * 32 * 8 * 128 * 8192 * 2 == 1 << 30  # exactly 1 GiB
+    assert counting.kv_cache_bytes(cfg.replace(n_kv_heads=32), seq_len=8192) == 4 * n
+
+
+def test_memory_helpers():
+    cfg = PRESETS["llama-2-7b"]
+    assert counting.weight_bytes(cfg) == 2 * PUBLISHED["llama-2-7b"]
+    assert counting.training_bytes(cfg) == 16 * PUBLISHED["llama-2-7b"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(n_heads=6, n_kv_heads=4), ValueError, "n_heads (6) must be divisible by n_kv_heads (4)"),
+        (dict(d_model=100, n_heads=3), ValueError, "d_model (100) must be divisible by n_heads (3)"),
+        (dict(n_layers=0), ValueError, "n_layers (0) must be positive"),
+        (dict(d_ff=2.5), TypeError, "d_ff must be an int"),
+        (dict(norm="batch"), ValueError, "norm must be one of"),
+        (dict(ffn="swish"), ValueError, "ffn must be one of"),
+        (dict(head_dim=15, d_model=60, n_heads=4), ValueError, "head_dim (15) must be even for RoPE"),
+        (dict(rope_theta=0.0), ValueError, "rope_theta (0.0) must be positive"),
+        (dict(tie_embeddings=1), TypeError, "tie_embeddings must be True or False"),
+    ],
+)
+def test_config_errors_name_the_argument(kwargs, error, words):
+    base = dict(vocab_size=100, d_model=64, n_layers=2, n_heads=4, d_ff=128)
+    with pytest.raises(error) as info:
+        ModelConfig(**{**base, **kwargs})
+    assert words in str(info.value)
+
+
+def test_config_defaults_and_presets():
+    cfg = ModelConfig(vocab_size=10, d_model=64, n_layers=1, n_heads=8, d_ff=10)
+    assert cfg.n_kv_heads == 8 and cfg.head_dim == 8 and cfg.n_rep == 1
+    assert ModelConfig(vocab_size=10, d_model=64, n_layers=1, n_heads=8, d_ff=10, head_dim=32).head_dim == 32
+    assert get_preset("llama-3-8b").n_rep == 4
+    with pytest.raises(ValueError, match="unknown preset 'gpt-5'"):
+        get_preset("gpt-5")
+    with pytest.raises(ValueError, match="kv_len"):
+        counting.block_flops(cfg, seq_len=10, kv_len=5)
+    assert math.isfinite(counting.crossover_length(PRESETS["gpt-3-175b"]))
