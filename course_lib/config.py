@@ -53,6 +53,7 @@ class ModelConfig:
     ffn: FFN = "swiglu"
     positional: Positional = "rope"
     bias: bool = False
+    sliding_window: int | None = None  # Mistral: a query sees at most this many positions (itself included)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -81,6 +82,10 @@ class ModelConfig:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.sliding_window is not None:
+            _positive_int("sliding_window", self.sliding_window)
+        if self.bias and self.ffn == "swiglu":
+            raise ValueError("bias=True goes with ffn 'gelu' or 'relu' (GPT-style); SwiGLU blocks have no biases")
         for name in ("tie_embeddings", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")

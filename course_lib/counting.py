@@ -65,8 +65,8 @@ def _attention_params(c: ModelConfig) -> int:
 
 
 def _ffn_params(c: ModelConfig) -> int:
-    if c.ffn == "swiglu":  # w_gate, w_up: D → F; w_down: F → D
-        return 3 * c.d_model * c.d_ff + ((2 * c.d_ff + c.d_model) if c.bias else 0)
+    if c.ffn == "swiglu":  # w_gate, w_up: D → F; w_down: F → D (never biased: see ModelConfig)
+        return 3 * c.d_model * c.d_ff
     return 2 * c.d_model * c.d_ff + ((c.d_ff + c.d_model) if c.bias else 0)  # w_up, w_down
 
 
@@ -74,8 +74,8 @@ def count_params(config: ModelConfig) -> ParamCount:
     """Exact parameter count of ``DecoderLM(config)``, split by component.
 
     Per block: attention (w_q, w_k, w_v, w_o), FFN, two norms. Model: token embedding V·D, learned
-    positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm, and an LM head V·D
-    unless it is tied to the embedding.
+    positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm (pre-norm only: a
+    post-norm stack already ends normalised), and an LM head V·D unless it is tied to the embedding.
     """
     c = config
     per_block = {"attention": _attention_params(c), "ffn": _ffn_params(c), "norms": 2 * _norm_params(c)}
@@ -87,7 +87,7 @@ def count_params(config: ModelConfig) -> ParamCount:
         "positional": positional,
         "attention": c.n_layers * per_block["attention"],
         "ffn": c.n_layers * per_block["ffn"],
-        "norms": c.n_layers * per_block["norms"] + _norm_params(c),  # + the final norm
+        "norms": c.n_layers * per_block["norms"] + (_norm_params(c) if c.placement == "pre" else 0),
         "lm_head": lm_head,
     }
     return ParamCount(total=sum(parts.values()), per_block=per_block, **parts)

@@ -1,0 +1,90 @@
+"""The decoder block: a norm, grouped-query attention and a feed-forward network around a residual stream.
+
+Pre-norm (Llama, Mistral, GPT-2 onwards)::
+
+    h   = x + Attention(Norm₁(x))          # attention reads a normalised copy and adds its result
+    out = h + FFN(Norm₂(h))                # so does the FFN; the stream itself is never normalised
+
+Post-norm (the original Transformer, Vaswani et al., 2017)::
+
+    h   = Norm₁(x + Attention(x))
+    out = Norm₂(h + FFN(h))
+
+The variants the course compares come from a :class:`~course_lib.config.ModelConfig`: ``norm``
+(rms|layer), ``placement`` (pre|post), ``ffn`` (swiglu|gelu|relu). Positions enter through the RoPE
+tables ``cos``/``sin`` the model passes in (``positional="rope"``); other schemes act on the embeddings.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import GroupedQueryAttention
+from .config import ModelConfig
+from .ffn import FeedForward, SwiGLU
+from .norms import LayerNorm, RMSNorm
+
+__all__ = ["TransformerBlock", "build_norm", "build_ffn_for"]
+
+
+def build_norm(config: ModelConfig) -> nn.Module:
+    """RMSNorm, or LayerNorm (with a shift only when the config has biases), of width D."""
+    if config.norm == "rms":
+        return RMSNorm(config.d_model, eps=config.norm_eps)
+    return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+
+
+def build_ffn_for(config: ModelConfig) -> nn.Module:
+    """SwiGLU (w_gate, w_up, w_down) or a two-matrix FFN with ReLU or exact GELU (w_up, w_down)."""
+    if config.ffn == "swiglu":
+        return SwiGLU(config.d_model, config.d_ff)
+    return FeedForward(config.d_model, config.d_ff, activation=config.ffn, bias=config.bias)
+
+
+class TransformerBlock(nn.Module):
+    """One decoder block: ``attn_norm`` → ``attn`` → residual add → ``ffn_norm`` → ``ffn`` → residual
+    add (pre-norm), or the post-norm arrangement, as ``config.placement`` says.
+
+    ``forward(x, cos, sin)`` maps (B, T, D) to (B, T, D) with causal self-attention. With a KV cache
+    (``cache`` and ``layer``), the new keys and values are stored and the queries attend to every
+    cached position before them; the cache's length says where the new tokens start.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        self.placement = config.placement
+        self.attn_norm = build_norm(config)
+        self.attn = GroupedQueryAttention(
+            config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim, bias=config.bias
+        )
+        self.ffn_norm = build_norm(config)
+        self.ffn = build_ffn_for(config)
+
+    def attention(
+        self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
+        implementation: str = "sdpa",
+    ) -> torch.Tensor:
+        """The attention sublayer on its own input x (B, T, D) → (B, T, D), through the cache if given."""
+        q, k, v = self.attn.project_qkv(x, cos, sin)  # (B, H, T, D_h), (B, H_kv, T, D_h) ×2
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H_kv, S, D_h): cached positions, then the new ones
+        # mask=None: causal, the T queries being the last T of the S positions
+        return self.attn.attend(q, k, v, mask, implementation=implementation)  # (B, T, D)
+
+    def forward(
+        self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
+        implementation: str = "sdpa",
+    ) -> torch.Tensor:
+        """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions (or None);
+        ``mask``: a bool (T, S) mask, True = may attend (default: causal); ``cache``/``layer``: a KV
+        cache and this block's index in it; ``implementation``: ``"sdpa"`` (fused kernel) or
+        ``"reference"`` (explicit math)."""
+        kw = dict(mask=mask, cache=cache, layer=layer, implementation=implementation)
+        if self.placement == "pre":
+            h = x + self.attention(self.attn_norm(x), cos, sin, **kw)  # (B, T, D): residual 1
+            return h + self.ffn(self.ffn_norm(h))  # (B, T, D): residual 2
+        h = self.attn_norm(x + self.attention(x, cos, sin, **kw))  # (B, T, D)
+        return self.ffn_norm(h + self.ffn(h))  # (B, T, D)

@@ -1,0 +1,210 @@
+"""DecoderLM: a decoder-only language model built from the course's blocks, and loading Hugging Face's
+Llama and Mistral checkpoints into it.
+
+    ids (B, T) → token embedding (+ absolute positions) → N × TransformerBlock → final norm (pre-norm)
+               → LM head → logits (B, T, V)
+
+The logits at position t score the token at position t + 1: softmax over the last dimension gives the
+next-token distribution. ``generate`` decodes greedily (or samples), with or without a KV cache.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from .block import TransformerBlock, build_norm
+from .config import ModelConfig
+from .embeddings import TokenEmbedding
+from .init import gpt2_init_
+from .kv_cache import ConcatKVCache, KVCache
+from .positional import LearnedPositionalEmbedding, rope_cos_sin, sinusoidal_encoding
+
+__all__ = ["DecoderLM", "config_from_hf"]
+
+
+class DecoderLM(nn.Module):
+    """A decoder-only transformer language model described by a :class:`ModelConfig`.
+
+    Modules: ``embed`` (V, D); ``pos_embed`` for learned positions; ``blocks``, N
+    :class:`TransformerBlock`; ``norm``, the final norm of a pre-norm stack (a post-norm stack already
+    ends normalised and has none); ``lm_head``, D → V, sharing ``embed``'s table when
+    ``tie_embeddings``. Weights start as in GPT-2 (``init.gpt2_init_``: std 0.02, residual output
+    projections scaled by 1/√(2N)).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        if config.positional == "alibi":
+            raise ValueError(
+                "positional='alibi' is taught in chapter 2 (positional.alibi_bias) but DecoderLM's blocks "
+                "take RoPE tables or nothing; use 'rope', 'sinusoidal', 'learned' or 'none'"
+            )
+        self.config = config
+        self.embed = TokenEmbedding(config.vocab_size, config.d_model)
+        if config.positional == "learned":
+            self.pos_embed = LearnedPositionalEmbedding(config.max_seq_len, config.d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.norm = build_norm(config) if config.placement == "pre" else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        gpt2_init_(self, config.n_layers)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight  # one (V, D) table for reading and writing tokens
+
+    # --- forward ---------------------------------------------------------------------------------
+
+    def forward(self, ids: torch.Tensor, *, cache: KVCache | ConcatKVCache | None = None,
+                implementation: str = "sdpa") -> torch.Tensor:
+        """ids (B, T) of token indices → logits (B, T, V).
+
+        With a ``cache``, the T tokens continue the cached sequence: they take positions
+        ``cache.length … cache.length + T − 1``, attend to every cached position, and are stored (the
+        cache advances by T). ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"``
+        (explicit math), for every attention layer.
+        """
+        c = self.config
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+            raise ValueError(f"ids must be a (B, T) tensor of token indices, got {getattr(ids, 'shape', type(ids))}")
+        B, T = ids.shape
+        start = cache.length if cache is not None else 0  # the cache's length owns the positions
+        positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+        x = self.embed(ids)  # (B, T, D)
+        cos = sin = None
+        if c.positional == "rope":
+            cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta, device=ids.device)  # (T, D_h/2) each
+        elif c.positional == "learned":
+            x = x + self.pos_embed(positions)  # (B, T, D) + (T, D)
+        elif c.positional == "sinusoidal":
+            x = x + sinusoidal_encoding(positions, c.d_model, dtype=x.dtype, device=ids.device)  # (T, D)
+        mask = self._sliding_window_mask(positions, start + T)  # None: plain causal attention
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, mask=mask, cache=cache, layer=i, implementation=implementation)  # (B, T, D)
+        if cache is not None:
+            cache.advance(T)
+        return self.lm_head(self.norm(x))  # (B, T, V)
+
+    def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
+        """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""
+        window = self.config.sliding_window
+        if window is None or n_keys <= window:
+            return None  # every key is inside the window: the causal mask is the whole story
+        k_pos = torch.arange(n_keys, device=q_pos.device)  # (S,)
+        distance = q_pos[:, None] - k_pos[None, :]  # (T, S)
+        return (distance >= 0) & (distance < window)  # (T, S), True = may attend
+
+    # --- generation ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True, *,
+                 cache: str = "preallocated", temperature: float = 0.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Extend ``ids`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + max_new_tokens).
+
+        ``temperature=0`` picks the most likely token (greedy); a positive temperature samples from
+        softmax(logits / temperature) with ``generator``. With ``use_cache`` the prompt is processed
+        once (prefill) and each step feeds only the newest token, reading earlier keys and values from a
+        KV cache (``cache="preallocated"``, or ``"concat"`` for the teaching version); without it every
+        step recomputes the whole sequence.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens ({max_new_tokens}) must be a non-negative int")
+        if cache not in ("preallocated", "concat"):
+            raise ValueError(f"cache must be 'preallocated' or 'concat', got {cache!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature ({temperature}) must be non-negative")
+        kv = None
+        if use_cache:
+            if cache == "concat":
+                kv = ConcatKVCache(self.config.n_layers)
+            else:
+                kv = KVCache.for_model(self.config, ids.shape[0], ids.shape[1] + max_new_tokens,
+                                       dtype=self.lm_head.weight.dtype, device=ids.device)
+        out = ids
+        step_input = ids  # the prefill: the whole prompt
+        for _ in range(max_new_tokens):
+            logits = self(step_input if use_cache else out, cache=kv)[:, -1]  # (B, V): the last position
+            if temperature == 0:
+                next_id = logits.argmax(-1, keepdim=True)  # (B, 1)
+            else:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+                next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            out = torch.cat([out, next_id], dim=1)  # (B, T + steps so far)
+            step_input = next_id  # with a cache, only the newest token goes in next time
+        return out
+
+    # --- Hugging Face ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> DecoderLM:
+        """Build a DecoderLM from a ``transformers`` ``LlamaForCausalLM`` or ``MistralForCausalLM``
+        (any size, GQA or not, tied or untied) and load its weights strictly: every tensor of the
+        Hugging Face model lands in exactly one parameter here, and every parameter is filled. The
+        result computes the same logits (same dtype and device as the source)."""
+        config = config_from_hf(hf_model.config)
+        with torch.device("meta"):
+            model = cls(config)
+        state = {}
+        for name, tensor in hf_model.state_dict().items():
+            ours = _hf_name(name)
+            if ours is None:
+                raise ValueError(f"unexpected Hugging Face tensor {name!r}: no matching DecoderLM parameter")
+            state[ours] = tensor
+        if config.tie_embeddings:
+            state.setdefault("lm_head.weight", state["embed.weight"])
+        model.load_state_dict(state, strict=True, assign=True)  # strict: nothing missing, nothing left over
+        if config.tie_embeddings:
+            model.lm_head.weight = model.embed.weight  # assign=True replaced the shared Parameter: re-tie
+        return model.eval()
+
+
+_HF_NAMES = [  # Hugging Face Llama/Mistral name → DecoderLM name
+    (r"model\.embed_tokens\.weight", "embed.weight"),
+    (r"model\.norm\.weight", "norm.weight"),
+    (r"lm_head\.weight", "lm_head.weight"),
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"blocks.\1.attn_norm.weight"),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.ffn_norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight", r"blocks.\1.attn.w_\2.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.ffn.w_\2.weight"),
+]
+
+
+def _hf_name(name: str) -> str | None:
+    for pattern, replacement in _HF_NAMES:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, replacement, name)
+    return None
+
+
+def config_from_hf(hf_config) -> ModelConfig:
+    """The ModelConfig of a Hugging Face ``LlamaConfig`` or ``MistralConfig``, refusing features
+    DecoderLM does not implement (biases, rope scaling, other activations) rather than ignoring them."""
+    model_type = getattr(hf_config, "model_type", None)
+    if model_type not in ("llama", "mistral"):
+        raise ValueError(f"from_hf loads Llama or Mistral models, got model_type {model_type!r}")
+    if getattr(hf_config, "hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act must be 'silu' (SwiGLU), got {hf_config.hidden_act!r}")
+    for flag in ("attention_bias", "mlp_bias"):
+        if getattr(hf_config, flag, False):
+            raise ValueError(f"{flag}=True is not supported: DecoderLM's Llama blocks have no biases")
+    rope = getattr(hf_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10_000.0}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {rope['rope_type']!r} is not supported: only plain RoPE ('default')")
+    n_heads = hf_config.num_attention_heads
+    return ModelConfig(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=n_heads,
+        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
+        head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads,
+        d_ff=hf_config.intermediate_size,
+        max_seq_len=hf_config.max_position_embeddings,
+        rope_theta=float(rope["rope_theta"]),
+        norm_eps=hf_config.rms_norm_eps,
+        tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        sliding_window=getattr(hf_config, "sliding_window", None) if model_type == "mistral" else None,
+    )
