@@ -4,14 +4,12 @@ rendered, math rendered offline, figures present, launch buttons from the one re
 from __future__ import annotations
 
 import json
-import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
 
+from conftest import wait_for_book_build
 from setup_cell import ROOT, repo_url
 
 HTML = ROOT / "_build" / "html"
@@ -21,11 +19,9 @@ CHAPTERS = [c["file"] for part in TOC["parts"] if part["caption"] == "Chapters" 
 
 @pytest.fixture(scope="session")
 def build_log() -> str:
-    jb = pathlib.Path(sys.executable).parent / "jupyter-book"
-    result = subprocess.run([str(jb), "build", ".", "-W", "--keep-going"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=1800)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-5000:]
+    """The log of `jupyter-book build . -W --keep-going` (started in the background by conftest.py)."""
+    code, log = wait_for_book_build()
+    assert code == 0, log[-5000:]
     return log
 
 
