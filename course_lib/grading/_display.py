@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 
 from ._core import GradingError
 
@@ -27,13 +28,14 @@ def _inside_a_checker(tb) -> bool:
 
 def _handler(shell, etype, value, tb, tb_offset=None):
     if issubclass(etype, GradingError):
-        lines = [f"{etype.__name__}: {value}"]
+        message = f"{etype.__name__}: {value}"
     elif issubclass(etype, KeyboardInterrupt) and _inside_a_checker(tb):
-        lines = ["Interrupted while grading: your function did not finish in time (an infinite loop, or far "
-                 "too much work?)."]
+        message = ("Interrupted while grading: your function did not finish in time (an infinite loop, or far "
+                   "too much work?).")
     else:  # not ours: IPython's usual traceback
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return []
+    lines = [textwrap.fill(message, width=88)]  # wrapped: feedback pages do not scroll long lines well
     shell._showtraceback(etype, value, lines)  # an error output: nbgrader scores the cell as failed
     return lines
 
