@@ -1,0 +1,375 @@
+"""Attention: scaled dot-product attention as explicit math and as PyTorch's fused kernel,
+causal masks built from positions, and grouped-query attention (multi-head attention when
+``n_kv_heads == n_heads``, multi-query attention when ``n_kv_heads == 1``).
+
+Conventions
+-----------
+* Shape letters (book/notation.md): B batch, T query length, S key length, D model width,
+  H query heads, H_kv key/value heads, D_h head width. Queries are ``(..., T, D_h)``, keys
+  ``(..., S, D_h)``, values ``(..., S, D_v)``; the leading dimensions (usually ``(B, H)``)
+  are a batch of independent attentions and must be the same for q, k and v.
+* Masks are **bool, True = may attend**, broadcastable to ``(..., T, S)``. They are built
+  from positions: the query at position i may attend to the key at position j when i ≥ j.
+  ``F.scaled_dot_product_attention`` uses the same convention; ``nn.MultiheadAttention``
+  the opposite one (True = blocked). Additive float masks are refused, not guessed at.
+* A query that may attend to no key at all gets output 0 — what
+  ``F.scaled_dot_product_attention`` returns — rather than the NaN of a softmax over −∞.
+* ``scale`` defaults to 1/√D_h.
+* ``implementation="reference"`` runs the explicit math; ``"sdpa"`` runs
+  ``F.scaled_dot_product_attention``. They agree to rounding (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .positional import apply_rope
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "causal_mask_from_positions",
+    "causal_mask",
+    "attention_reference",
+    "attention",
+    "repeat_kv",
+    "GroupedQueryAttention",
+]
+
+IMPLEMENTATIONS = ("reference", "sdpa")
+
+
+# --- validation helpers --------------------------------------------------------------
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} ({value}) must be at least {minimum}")
+    return value
+
+
+def _check_implementation(implementation: str) -> str:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}"
+        )
+    return implementation
+
+
+def _check_qkv(q, k, v) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(
+                f"{name} must have shape (..., length, width), got shape {tuple(t.shape)}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(
+            f"q, k and v must have the same dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same head width (last dimension), "
+            f"got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must hold the same number of keys (dimension -2), "
+            f"got {k.shape[-2]} and {v.shape[-2]}"
+        )
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(
+            f"q, k and v must have the same leading (batch, head) dimensions, got "
+            f"{tuple(q.shape[:-2])}, {tuple(k.shape[:-2])} and {tuple(v.shape[:-2])}; "
+            f"for grouped-query attention, expand k and v with repeat_kv first"
+        )
+
+
+def _check_mask(mask, scores_shape: tuple[int, ...]) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(
+            f"mask must be a bool torch.Tensor (True = may attend), got {type(mask).__name__}"
+        )
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool tensor with True = may attend, got dtype {mask.dtype}; "
+            f"an additive float mask (0 = attend, -inf = blocked) converts with "
+            f"`mask = additive == 0`"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., T, S)"
+        )
+
+
+# --- masks ---------------------------------------------------------------------------
+
+def causal_mask_from_positions(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Causal mask from positions: ``mask[..., i, j] = q_pos[..., i] >= k_pos[..., j]``.
+
+    ``q_pos`` has shape (..., T) and ``k_pos`` (..., S), integer positions; the result is a
+    bool (..., T, S), True = may attend. Comparing positions rather than indices, the same
+    line serves a full sequence (q_pos = k_pos = 0 … T−1), a block of queries at an offset
+    (the new tokens when decoding with a KV cache) and per-sequence positions in a batch.
+    """
+    for name, p in (("q_pos", q_pos), ("k_pos", k_pos)):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor of integer positions, got {type(p).__name__}"
+            )
+        if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer positions, got dtype {p.dtype}")
+        if p.dim() < 1:
+            raise ValueError(f"{name} must have at least one dimension, got a scalar")
+    return q_pos[..., :, None] >= k_pos[..., None, :]  # (..., T, S): keys at or before i
+
+
+def causal_mask(
+    n_queries: int, n_keys: int | None = None, *, offset: int | None = None, device=None
+) -> torch.Tensor:
+    """The causal mask (T, S) of T queries at positions ``offset … offset + T − 1`` over
+    S keys at positions ``0 … S − 1``: True where key position ≤ query position.
+
+    ``n_keys`` defaults to ``n_queries`` and ``offset`` to ``S − T``: the queries are
+    the *last* T of the S positions, as for a prompt (T = S, offset 0) and for decoding
+    with a KV cache (T new tokens after S − T cached ones). ``torch.ones(T, S).tril()``
+    puts the queries at the start (offset 0) instead — the alignment of
+    ``F.scaled_dot_product_attention(is_causal=True)``, right only when T == S.
+    """
+    n_queries = _check_int(n_queries, "n_queries", 1)
+    n_keys = n_queries if n_keys is None else _check_int(n_keys, "n_keys", 1)
+    if offset is None:
+        if n_keys < n_queries:
+            raise ValueError(
+                f"n_keys ({n_keys}) must be at least n_queries ({n_queries})"
+            )
+        offset = n_keys - n_queries
+    offset = _check_int(offset, "offset", 0)
+    if offset + n_queries > n_keys:
+        raise ValueError(
+            f"offset ({offset}) + n_queries ({n_queries}) must not exceed n_keys "
+            f"({n_keys}): the keys must include every query's own position"
+        )
+    q_pos = torch.arange(offset, offset + n_queries, device=device)  # (T,)
+    k_pos = torch.arange(n_keys, device=device)  # (S,)
+    return causal_mask_from_positions(q_pos, k_pos)  # (T, S)
+
+
+# --- scaled dot-product attention ----------------------------------------------------
+
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    return_weights: bool = False,
+    *,
+    scale: float | None = None,
+):
+    """Attention(Q, K, V) = softmax(Q Kᵀ / √D_h, masked) V  (Vaswani et al., 2017).
+
+    The explicit math. q (..., T, D_h), k (..., S, D_h), v (..., S, D_v); ``mask``
+    bool, True = may attend, broadcastable to (..., T, S). Returns the output
+    (..., T, D_v) and, with ``return_weights=True``, the weights (..., T, S): each row a
+    distribution over the keys (all zeros, like its output, for a query with no allowed
+    key). The softmax runs in at least float32.
+    """
+    _check_qkv(q, k, v)
+    if mask is not None:
+        _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S): one per (query, key)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # exp(−inf) = 0: weight 0
+    dtype = torch.promote_types(scores.dtype, torch.float32)  # bf16 in: fp32 softmax
+    weights = torch.softmax(scores.to(dtype), dim=-1)  # (..., T, S): over the keys
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # an all-−inf row is NaN: make it 0
+    weights = weights.to(v.dtype)
+    out = weights @ v  # (..., T, D_v): weighted averages of the values
+    return (out, weights) if return_weights else out
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    implementation: str = "sdpa",
+) -> torch.Tensor:
+    """Scaled dot-product attention, either implementation: ``"sdpa"`` calls PyTorch's
+    fused ``F.scaled_dot_product_attention``, ``"reference"`` :func:`attention_reference`.
+
+    Give a bool ``mask`` (True = may attend) or ``causal=True``, not both. ``causal=True``
+    puts the T queries at the last T of the S key positions (:func:`causal_mask`); it
+    becomes the kernel's ``is_causal=True`` only when T == S, because that flag aligns the
+    queries with the *first* keys.
+    """
+    _check_implementation(implementation)
+    _check_qkv(q, k, v)
+    if causal and mask is not None:
+        raise ValueError(
+            "give either mask or causal=True, not both: a mask must already include causality"
+        )
+    n_queries, n_keys = q.shape[-2], k.shape[-2]
+    is_causal = False
+    if causal:
+        if implementation == "sdpa" and n_queries == n_keys:
+            is_causal = True  # the fused kernel skips the blocked half, no mask to read
+        else:
+            mask = causal_mask(n_queries, n_keys, device=q.device)  # (T, S), offset S − T
+    if implementation == "reference":
+        return attention_reference(q, k, v, mask, scale=scale)
+    if mask is not None:
+        _check_mask(mask, (*q.shape[:-1], n_keys))
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
+    )
+
+
+# --- grouped-query attention ---------------------------------------------------------
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Share each key/value head with ``n_rep`` consecutive query heads (Ainslie et al.,
+    2023): (B, H_kv, S, D_h) → (B, H_kv · n_rep, S, D_h), **query head h reading kv head
+    h // n_rep**.
+
+    The grouping of Hugging Face's ``repeat_kv`` and of ``enable_gqa=True`` in
+    ``F.scaled_dot_product_attention``. ``x.repeat(1, n_rep, 1, 1)`` would tile the
+    heads instead (head h reading kv head h % H_kv), which does not match pretrained
+    weights.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (B, H_kv, S, D_h), got {tuple(x.shape)}")
+    n_rep = _check_int(n_rep, "n_rep", 1)
+    if n_rep == 1:
+        return x
+    return x.repeat_interleave(n_rep, dim=1)  # (B, H, S, D_h): head h reads h // n_rep
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention (Ainslie et al., 2023): H query heads share H_kv
+    key/value heads, query head h reading kv head h // n_rep with n_rep = H / H_kv.
+    ``n_kv_heads == n_heads`` is multi-head attention (Vaswani et al., 2017),
+    ``n_kv_heads == 1`` multi-query attention (Shazeer, 2019).
+
+        q_h = x W_q,h     k_g = x W_k,g     v_g = x W_v,g     (h < H, g < H_kv)
+        out = concat_h( softmax(q_h k_{h // n_rep}ᵀ / √D_h, causal) v_{h // n_rep} ) W_o
+
+    ``w_q`` (D → H·D_h), ``w_k`` and ``w_v`` (D → H_kv·D_h) and ``w_o`` (H·D_h → D)
+    are ``nn.Linear`` layers shaped like Hugging Face Llama's q_proj, k_proj, v_proj and
+    o_proj. ``head_dim`` defaults to D / H. Given RoPE tables ``cos``, ``sin`` from
+    :func:`course_lib.positional.rope_cos_sin`, q and k are rotated after the
+    projections, with the half-split pairing of Hugging Face checkpoints. No dropout.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int,
+                 head_dim: int | None = None, bias: bool = False):
+        super().__init__()
+        d_model = _check_int(d_model, "d_model", 1)
+        n_heads = _check_int(n_heads, "n_heads", 1)
+        n_kv_heads = _check_int(n_kv_heads, "n_kv_heads", 1)
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads ({n_heads}) must be divisible by n_kv_heads ({n_kv_heads})"
+            )
+        if head_dim is None:
+            if d_model % n_heads != 0:
+                raise ValueError(
+                    f"d_model ({d_model}) must be divisible by n_heads ({n_heads}) "
+                    f"unless head_dim is given"
+                )
+            head_dim = d_model // n_heads
+        head_dim = _check_int(head_dim, "head_dim", 1)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+        self.d_model, self.head_dim = d_model, head_dim
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
+        self.w_q = nn.Linear(d_model, n_heads * head_dim, bias=bias)
+        self.w_k = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
+        self.w_v = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
+        self.w_o = nn.Linear(n_heads * head_dim, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, "
+                f"n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}")
+
+    def project_qkv(self, x: torch.Tensor, cos: torch.Tensor | None = None,
+                    sin: torch.Tensor | None = None):
+        """x (B, T, D) → q (B, H, T, D_h), k and v (B, H_kv, T, D_h); RoPE on q, k."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (B, T, D) with D = d_model ({self.d_model}), "
+                f"got {tuple(x.shape)}"
+            )
+        if (cos is None) != (sin is None):
+            raise ValueError("give both cos and sin (RoPE tables) or neither")
+        B, T, _ = x.shape
+        H, H_kv, D_h = self.n_heads, self.n_kv_heads, self.head_dim
+        q = self.w_q(x).view(B, T, H, D_h).transpose(1, 2)  # (B, H, T, D_h)
+        k = self.w_k(x).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        v = self.w_v(x).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        if cos is not None:
+            q = apply_rope(q, cos, sin, pairing="half")  # (B, H, T, D_h), rotated
+            k = apply_rope(k, cos, sin, pairing="half")  # (B, H_kv, T, D_h), rotated
+        return q, k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None = None, *,
+               implementation: str = "sdpa") -> torch.Tensor:
+        """q (B, H, T, D_h), k and v (B, H_kv, S, D_h) → output (B, T, D).
+
+        ``mask=None`` is causal, the T queries sitting at the last T of the S positions
+        (S > T when the keys come from a cache); a bool ``mask`` (True = may attend,
+        broadcastable to (B, H, T, S)) is used exactly as given.
+        """
+        _check_implementation(implementation)
+        H, H_kv, D_h = self.n_heads, self.n_kv_heads, self.head_dim
+        if q.dim() != 4 or q.shape[1] != H or q.shape[-1] != D_h:
+            raise ValueError(
+                f"q must have shape (B, H={H}, T, D_h={D_h}), got {tuple(q.shape)}"
+            )
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 4 or t.shape[1] != H_kv or t.shape[-1] != D_h:
+                raise ValueError(
+                    f"{name} must have shape (B, H_kv={H_kv}, S, D_h={D_h}), "
+                    f"got {tuple(t.shape)}"
+                )
+        B, _, T, _ = q.shape
+        k = repeat_kv(k, self.n_rep)  # (B, H, S, D_h): head h reads kv head h // n_rep
+        v = repeat_kv(v, self.n_rep)  # (B, H, S, D_h)
+        out = attention(q, k, v, mask, causal=mask is None,  # no mask: causal
+                        implementation=implementation)  # (B, H, T, D_h)
+        out = out.transpose(1, 2).reshape(B, T, H * D_h)  # (B, T, H·D_h): concat heads
+        return self.w_o(out)  # (B, T, D)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None = None,
+                sin: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
+                implementation: str = "sdpa") -> torch.Tensor:
+        """x (B, T, D) → (B, T, D).
+
+        ``cos``, ``sin``: optional RoPE tables from ``rope_cos_sin``, (T, D_h/2) or
+        (B, 1, T, D_h/2). ``mask=None`` is causal self-attention; a bool mask (True =
+        may attend) broadcastable to (B, H, T, T) is used exactly (all True:
+        bidirectional). ``implementation``: ``"sdpa"`` (fused) or ``"reference"``.
+        """
+        q, k, v = self.project_qkv(x, cos, sin)  # (B, H, T, D_h), (B, H_kv, T, D_h) ×2
+        return self.attend(q, k, v, mask, implementation=implementation)  # (B, T, D)
