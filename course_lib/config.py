@@ -123,9 +123,9 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=128_256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336,
         max_seq_len=8192, rope_theta=500_000.0, norm_eps=1e-5,
     ),
-    "mistral-7b": ModelConfig(
+    "mistral-7b": ModelConfig(  # Jiang et al. 2023, table 1: context 8192, window 4096
         vocab_size=32_000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336,
-        max_seq_len=32_768, rope_theta=10_000.0, norm_eps=1e-5,
+        max_seq_len=8192, rope_theta=10_000.0, norm_eps=1e-5, sliding_window=4096,
     ),
     "gpt-3-175b": ModelConfig(
         vocab_size=50_257, d_model=12_288, n_layers=96, n_heads=96, d_ff=4 * 12_288, max_seq_len=2048,

@@ -6,8 +6,9 @@ Conventions
 * Parameters are counted exactly as ``model.DecoderLM`` builds them (tests compare with
   ``sum(p.numel())`` of the model on the ``meta`` device, and with Hugging Face's Llama/Mistral).
 * FLOPs are forward-pass FLOPs, a multiply-add counting 2: a (m × k) @ (k × n) product costs 2·m·k·n.
-  The attention scores are counted for all T × S query–key pairs, as a dense kernel computes them (a
-  causal kernel that skips the masked half does about half the work). Softmax is counted as 5 FLOPs
+  The attention scores are counted for all T × S query–key pairs, as a dense kernel computes them;
+  ``causal=True`` counts only the pairs a causal mask keeps (about half), the least a kernel that
+  skips masked scores must do. Softmax is counted as 5 FLOPs
   per score (max, subtract, exp, sum, divide) — a convention, not a measurement. Norms, activations,
   RoPE and residual adds are elementwise and left out: they are O(T·D), negligible next to the
   matrix products.
@@ -51,6 +52,12 @@ class ParamCount:
         return d
 
 
+def _check_config(config) -> ModelConfig:
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+    return config
+
+
 def _norm_params(c: ModelConfig) -> int:
     """RMSNorm has a gain per feature; LayerNorm a gain, and a bias when the config has biases."""
     return c.d_model * (2 if c.norm == "layer" and c.bias else 1)
@@ -77,7 +84,7 @@ def count_params(config: ModelConfig) -> ParamCount:
     positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm (pre-norm only: a
     post-norm stack already ends normalised), and an LM head V·D unless it is tied to the embedding.
     """
-    c = config
+    c = _check_config(config)
     per_block = {"attention": _attention_params(c), "ffn": _ffn_params(c), "norms": 2 * _norm_params(c)}
     embedding = c.vocab_size * c.d_model
     positional = c.max_seq_len * c.d_model if c.positional == "learned" else 0
@@ -100,34 +107,44 @@ def approx_params(config: ModelConfig) -> int:
     ignoring norms and biases. SwiGLU with F = 8/3·D also has 8·D² FFN parameters; GQA, other widths
     and tying make it drift (chapter 8 compares).
     """
-    c = config
+    c = _check_config(config)
     return 12 * c.n_layers * c.d_model**2 + 2 * c.vocab_size * c.d_model
 
 
-def block_flops(config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int | None = None) -> dict[str, int]:
+def block_flops(
+    config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int | None = None, *, causal: bool = False
+) -> dict[str, int]:
     """Forward FLOPs of one block by component, for ``batch`` sequences of ``seq_len`` queries
     attending to ``kv_len`` keys (default ``seq_len``; larger when decoding with a cache).
 
     Keys: q_proj, k_proj, v_proj, o_proj, qk (scores QKᵀ), softmax, av (weights × V), and the FFN's
-    matrices (ffn_gate, ffn_up, ffn_down for SwiGLU; ffn_up, ffn_down otherwise). See the module
-    docstring for the conventions.
+    matrices (ffn_gate, ffn_up, ffn_down for SwiGLU; ffn_up, ffn_down otherwise). Per component::
+
+        q_proj, o_proj      2·B·T·D·(H·D_h)             k_proj, v_proj   2·B·T·D·(H_kv·D_h)
+        qk, av              2·B·H·P·D_h                 softmax          5·B·H·P
+        each FFN matrix     2·B·T·D·F
+
+    where P is the number of query–key pairs scored: T·S (dense), or with ``causal=True`` only those
+    a causal mask keeps, T·(S − T) + T·(T + 1)/2 (the T queries are the last T of the S positions).
+    See the module docstring for the conventions.
     """
-    c = config
+    c = _check_config(config)
     if seq_len <= 0 or batch <= 0:
         raise ValueError(f"seq_len ({seq_len}) and batch ({batch}) must be positive")
     s = seq_len if kv_len is None else kv_len
     if s < seq_len:
         raise ValueError(f"kv_len ({s}) must be at least seq_len ({seq_len}): queries attend to themselves")
     tokens = batch * seq_len
+    pairs = seq_len * (s - seq_len) + seq_len * (seq_len + 1) // 2 if causal else seq_len * s
     q_width, kv_width = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
     flops = {
         "q_proj": 2 * tokens * c.d_model * q_width,
         "k_proj": 2 * tokens * c.d_model * kv_width,
         "v_proj": 2 * tokens * c.d_model * kv_width,
         "o_proj": 2 * tokens * q_width * c.d_model,
-        "qk": 2 * batch * c.n_heads * seq_len * s * c.head_dim,
-        "softmax": 5 * batch * c.n_heads * seq_len * s,
-        "av": 2 * batch * c.n_heads * seq_len * s * c.head_dim,
+        "qk": 2 * batch * c.n_heads * pairs * c.head_dim,
+        "softmax": 5 * batch * c.n_heads * pairs,
+        "av": 2 * batch * c.n_heads * pairs * c.head_dim,
     }
     matrix = 2 * tokens * c.d_model * c.d_ff
     if c.ffn == "swiglu":
@@ -137,14 +154,19 @@ def block_flops(config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int |
     return flops
 
 
-def crossover_length(config: ModelConfig) -> float:
+def crossover_length(config: ModelConfig, *, causal: bool = False) -> float:
     """The sequence length T at which the attention core (QKᵀ, softmax, AV) costs as many FLOPs as the
     FFN. Per sequence the core costs (4·D_h + 5)·H·T² and the FFN m·D·F·T (m = 6 for SwiGLU's three
     matrices, 4 for two), so T = m·D·F / ((4·D_h + 5)·H). Below it the FFN dominates.
+
+    The key/value heads H_kv do not appear: grouped-query attention shrinks the K and V projections,
+    not the H score matrices. With ``causal=True`` the core scores only T·(T + 1)/2 pairs, and the
+    crossover moves from L (dense) to 2·L − 1.
     """
-    c = config
+    c = _check_config(config)
     m = 6 if c.ffn == "swiglu" else 4
-    return m * c.d_model * c.d_ff / ((4 * c.head_dim + 5) * c.n_heads)
+    dense = m * c.d_model * c.d_ff / ((4 * c.head_dim + 5) * c.n_heads)
+    return 2 * dense - 1 if causal else dense
 
 
 def kv_cache_bytes(config: ModelConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
@@ -152,7 +174,7 @@ def kv_cache_bytes(config: ModelConfig, seq_len: int, batch: int = 1, bytes_per_
 
     Grouped-query attention shrinks it by H / H_kv relative to multi-head attention.
     """
-    c = config
+    c = _check_config(config)
     return 2 * c.n_layers * c.n_kv_heads * c.head_dim * seq_len * batch * bytes_per_element
 
 

@@ -153,3 +153,106 @@ def test_config_defaults_and_presets():
     with pytest.raises(ValueError, match="kv_len"):
         counting.block_flops(cfg, seq_len=10, kv_len=5)
     assert math.isfinite(counting.crossover_length(PRESETS["gpt-3-175b"]))
+
+
+# --- the breakdown, component by component, against DecoderLM on the meta device -------------------
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_breakdown_equals_decoder_lm_modules_on_meta(name):
+    from course_lib.model import DecoderLM
+
+    cfg = PRESETS[name]
+    with torch.device("meta"):
+        model = DecoderLM(cfg)
+
+    def numel(modules):
+        return sum(p.numel() for m in modules for p in m.parameters())
+
+    count = counting.count_params(cfg)
+    assert count.total == sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
+    assert count.embedding == model.embed.weight.numel()
+    assert count.positional == (model.pos_embed.weight.numel() if cfg.positional == "learned" else 0)
+    assert count.attention == numel(b.attn for b in model.blocks)
+    assert count.ffn == numel(b.ffn for b in model.blocks)
+    assert count.norms == numel([m for b in model.blocks for m in (b.attn_norm, b.ffn_norm)] + [model.norm])
+    assert count.lm_head == (0 if cfg.tie_embeddings else model.lm_head.weight.numel())
+    block = model.blocks[0]
+    assert count.per_block == {"attention": numel([block.attn]), "ffn": numel([block.ffn]),
+                               "norms": numel([block.attn_norm, block.ffn_norm])}
+
+
+# --- FLOPs of a real block against torch's counter ---------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["swiglu-gqa", "gelu-bias-mha", "relu-mqa-headdim"])
+def test_block_flops_match_flop_counter_on_a_real_block(variant):
+    from course_lib.block import TransformerBlock
+    from course_lib.positional import rope_cos_sin
+
+    cfg = {
+        "swiglu-gqa": PRESETS["tiny"],
+        "gelu-bias-mha": ModelConfig(vocab_size=50, d_model=48, n_layers=1, n_heads=4, d_ff=192, ffn="gelu",
+                                     norm="layer", bias=True, positional="learned"),
+        "relu-mqa-headdim": ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=1,
+                                        head_dim=12, d_ff=80, ffn="relu"),
+    }[variant]
+    from course_lib.device import get_device
+
+    device = get_device()  # CPU here; the counts are the same on a GPU
+    b, t = 3, 12
+    block = TransformerBlock(cfg).to(device)
+    x = torch.randn(b, t, cfg.d_model, device=device)
+    cos = sin = None
+    if cfg.positional == "rope":
+        cos, sin = rope_cos_sin(torch.arange(t, device=device), cfg.head_dim, cfg.rope_theta, device=device)
+    with FlopCounterMode(display=False) as counter:
+        block(x, cos, sin, implementation="reference")  # explicit math: every product is an aten op
+    by_module = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+    expected = counting.block_flops(cfg, seq_len=t, batch=b)
+    for ours, module in [("q_proj", "attn.w_q"), ("k_proj", "attn.w_k"), ("v_proj", "attn.w_v"),
+                         ("o_proj", "attn.w_o"), ("ffn_up", "ffn.w_up"), ("ffn_down", "ffn.w_down")]:
+        assert expected[ours] == by_module[f"TransformerBlock.{module}"], ours
+    core = counter.get_flop_counts()["TransformerBlock"]
+    assert sum(v for op, v in core.items() if "bmm" in str(op)) == expected["qk"] + expected["av"]
+    assert counter.get_total_flops() == sum(v for k, v in expected.items() if k != "softmax")
+
+
+def test_causal_pairs_equal_the_mask_and_move_the_crossover():
+    cfg = PRESETS["llama-3-8b"]
+    for t, s in [(7, 7), (5, 9), (1, 30)]:
+        q_pos, k_pos = torch.arange(s - t, s), torch.arange(s)
+        kept = int((q_pos[:, None] >= k_pos[None, :]).sum())  # pairs a causal mask keeps
+        dense = counting.block_flops(cfg, seq_len=t, kv_len=s)
+        causal = counting.block_flops(cfg, seq_len=t, kv_len=s, causal=True)
+        assert causal["qk"] * (t * s) == dense["qk"] * kept
+        assert causal["softmax"] == 5 * cfg.n_heads * kept
+        assert causal["ffn_up"] == dense["ffn_up"] and causal["q_proj"] == dense["q_proj"]
+    dense_t = counting.crossover_length(cfg)
+    causal_t = counting.crossover_length(cfg, causal=True)
+    assert causal_t == pytest.approx(2 * dense_t - 1)
+    flops = counting.block_flops(cfg, seq_len=round(causal_t), causal=True)
+    core = flops["qk"] + flops["softmax"] + flops["av"]
+    assert core / (flops["ffn_gate"] + flops["ffn_up"] + flops["ffn_down"]) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_crossover_does_not_depend_on_kv_heads_and_uses_two_matrices_without_a_gate():
+    cfg = PRESETS["llama-3-8b"]
+    assert counting.crossover_length(cfg) == counting.crossover_length(cfg.replace(n_kv_heads=32))
+    gelu = PRESETS["gpt-3-175b"]
+    expected = 4 * gelu.d_model * gelu.d_ff / ((4 * gelu.head_dim + 5) * gelu.n_heads)
+    assert counting.crossover_length(gelu) == pytest.approx(expected)
+
+
+def test_forward_flops_per_token_are_twice_the_block_parameters():
+    # every weight is used in one multiply-add per token: 2 FLOPs per parameter (biases and norms aside)
+    cfg = PRESETS["llama-2-70b"]
+    flops = counting.block_flops(cfg, seq_len=1)
+    matrices = sum(v for k, v in flops.items() if k.endswith("_proj") or k.startswith("ffn_"))
+    count = counting.count_params(cfg)
+    assert matrices == 2 * (count.per_block["attention"] + count.per_block["ffn"])
+
+
+@pytest.mark.parametrize("fn", [counting.count_params, counting.approx_params, counting.crossover_length,
+                                lambda c: counting.block_flops(c, 4), lambda c: counting.kv_cache_bytes(c, 4)])
+def test_counting_functions_refuse_what_is_not_a_config(fn):
+    with pytest.raises(TypeError, match="config must be a ModelConfig"):
+        fn({"d_model": 64})
