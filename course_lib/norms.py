@@ -1,0 +1,219 @@
+"""Normalization layers: LayerNorm and RMSNorm, as functions and modules, with their
+Jacobians.
+
+Conventions
+-----------
+* x has shape (..., D): every position is normalized on its own, over its D
+  features — never over the batch (that would be BatchNorm).
+* ε goes **inside** the square root — sqrt(mean(x²) + ε), sqrt(var(x) + ε) — as in
+  PyTorch, Hugging Face and the Llama reference code. The variance is the biased
+  one (divide by D).
+* Statistics are computed in float32 at least: bfloat16 and float16 inputs are
+  upcast and the result is cast back to the input's dtype before the gain is
+  applied (as Llama and Hugging Face's ``LlamaRMSNorm`` do); float64 stays float64.
+* The gain is called ``weight`` and the shift ``bias``, as in ``nn.LayerNorm``,
+  ``nn.RMSNorm`` and ``LlamaRMSNorm``, so their state dicts load unchanged.
+* A Jacobian has shape (..., D, D) with ``J[..., i, j] = ∂y_i / ∂x_j``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "layer_norm",
+    "rms_norm",
+    "rms_norm_jacobian",
+    "layer_norm_jacobian",
+    "LayerNorm",
+    "RMSNorm",
+]
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a number, got {type(eps).__name__}")
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"eps ({eps}) must be non-negative and finite")
+    return float(eps)
+
+
+def _check_x(x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(f"x must have shape (..., D) with D ≥ 1, got {tuple(x.shape)}")
+    return x
+
+
+def _check_vector(v, name: str, dim: int) -> torch.Tensor | None:
+    if v is None:
+        return None
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor or None, got {type(v).__name__}")
+    if v.shape != (dim,):
+        raise ValueError(
+            f"{name} must have shape (D,) = ({dim},) to match x, got {tuple(v.shape)}"
+        )
+    return v
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)  # bf16/fp16 -> float32
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """RMSNorm(x) = x / sqrt(mean(x²) + ε) · γ  (Zhang & Sennrich, 2019).
+
+    Over the last dimension; no mean subtraction and no bias. ``weight`` is γ,
+    shape (D,); None means γ = 1.
+    """
+    x = _check_x(x)
+    weight = _check_vector(weight, "weight", x.shape[-1])
+    eps = _check_eps(eps)
+    x32 = x.to(_compute_dtype(x))
+    ms = x32.pow(2).mean(-1, keepdim=True)  # (..., 1): mean(x²) loses precision in bf16
+    y = (x32 * torch.rsqrt(ms + eps)).type_as(x)  # (..., D)
+    return y if weight is None else y * weight
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """LayerNorm(x) = (x − μ) / sqrt(σ² + ε) · γ + β  (Ba, Kiros & Hinton, 2016).
+
+    μ and σ² are the mean and the biased variance (divide by D) of each position's
+    D features. ``weight`` is γ and ``bias`` is β, shape (D,); None means γ = 1,
+    β = 0.
+    """
+    x = _check_x(x)
+    weight = _check_vector(weight, "weight", x.shape[-1])
+    bias = _check_vector(bias, "bias", x.shape[-1])
+    eps = _check_eps(eps)
+    x32 = x.to(_compute_dtype(x))
+    mu = x32.mean(-1, keepdim=True)  # (..., 1)
+    var = (x32 - mu).pow(2).mean(-1, keepdim=True)  # (..., 1): biased, divide by D
+    y = ((x32 - mu) * torch.rsqrt(var + eps)).type_as(x)  # (..., D)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def rms_norm_jacobian(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """∂RMSNorm(x)/∂x = diag(γ) · (1/r) · (I − x̂ x̂ᵀ / D)
+
+    with r = sqrt(mean(x²) + ε) and x̂ = x / r. Exact for every ε ≥ 0 provided r
+    includes ε (x̂ is then the norm's output before γ). Returns shape (..., D, D)
+    with J[..., i, j] = ∂y_i/∂x_j: row i is scaled by γ_i.
+    """
+    x = _check_x(x)
+    d = x.shape[-1]
+    weight = _check_vector(weight, "weight", d)
+    eps = _check_eps(eps)
+    x = x.to(_compute_dtype(x))
+    r = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    x_hat = x / r  # (..., D)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)  # (D, D)
+    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)  # (..., D, D): x̂ x̂ᵀ
+    jac = (eye - outer / d) / r.unsqueeze(-1)  # (..., D, D)
+    if weight is not None:
+        jac = weight.to(x.dtype).unsqueeze(-1) * jac  # (D, 1) * (..., D, D): row i·γ_i
+    return jac
+
+
+def layer_norm_jacobian(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """∂LayerNorm(x)/∂x = diag(γ) · (1/s) · (I − 11ᵀ/D − x̂ x̂ᵀ/D)
+
+    with s = sqrt(σ² + ε) and x̂ = (x − μ)/s: the RMSNorm Jacobian (of the centred
+    x) plus the −11ᵀ/D that mean subtraction adds. Shape (..., D, D).
+    """
+    x = _check_x(x)
+    d = x.shape[-1]
+    weight = _check_vector(weight, "weight", d)
+    eps = _check_eps(eps)
+    x = x.to(_compute_dtype(x))
+    centred = x - x.mean(-1, keepdim=True)  # (..., D)
+    s = torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    x_hat = centred / s  # (..., D)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)  # (D, D)
+    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)  # (..., D, D)
+    jac = (eye - 1.0 / d - outer / d) / s.unsqueeze(-1)  # (..., D, D)
+    if weight is not None:
+        jac = weight.to(x.dtype).unsqueeze(-1) * jac  # row i times γ_i
+    return jac
+
+
+def _check_dim(dim) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if dim <= 0:
+        raise ValueError(f"dim ({dim}) must be positive")
+    return dim
+
+
+def _check_last_dim(x, dim: int) -> None:
+    _check_x(x)
+    if x.shape[-1] != dim:
+        raise ValueError(f"x's last dimension ({x.shape[-1]}) must equal dim ({dim})")
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm(x) = x / sqrt(mean(x²) + ε) · γ  (Zhang & Sennrich, 2019); γ starts at 1.
+
+    Computed in float32 and cast back before the gain, like ``LlamaRMSNorm``;
+    agrees with ``nn.RMSNorm(dim, eps=eps)`` (tests check both).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.dim = _check_dim(dim)
+        self.eps = _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_last_dim(x, self.dim)
+        return rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm(x) = (x − μ) / sqrt(σ² + ε) · γ + β  (Ba, Kiros & Hinton, 2016).
+
+    γ starts at 1 and β at 0; ``bias=False`` drops β. Agrees with
+    ``nn.LayerNorm(dim, eps=eps, bias=bias)``.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.dim = _check_dim(dim)
+        self.eps = _check_eps(eps)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+        self.weight = nn.Parameter(torch.ones(dim))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(dim))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_last_dim(x, self.dim)
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"

@@ -1,0 +1,191 @@
+"""course_lib.norms against nn.LayerNorm, nn.RMSNorm, Hugging Face's LlamaRMSNorm, autograd Jacobians
+and mathematical properties (zero mean / unit RMS, scale invariance, where ε goes, float32 compute)."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.autograd.functional import jacobian
+
+from course_lib import norms
+from course_lib.device import get_device
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(0)
+
+
+# --- by hand -----------------------------------------------------------------------------------------
+
+def test_layer_norm_of_a_small_vector_by_hand():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    # mean 2.5, biased variance 1.25
+    expected = (x - 2.5) / torch.sqrt(torch.tensor(1.25 + 1e-5, dtype=torch.float64))
+    torch.testing.assert_close(norms.layer_norm(x), expected)
+
+
+def test_rms_norm_of_a_small_vector_by_hand():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    expected = x / torch.tensor([[2.5 ** 0.5], [12.5 ** 0.5]], dtype=torch.float64)
+    torch.testing.assert_close(norms.rms_norm(x, eps=0.0), expected)
+
+
+# --- against torch and Hugging Face ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.1])
+def test_rms_norm_matches_torch(dtype, eps, gen):
+    x = (3 * torch.randn(4, 5, 32, generator=gen, dtype=torch.float64)).to(dtype)
+    weight = torch.randn(32, generator=gen, dtype=torch.float64).to(dtype)
+    torch.testing.assert_close(norms.rms_norm(x, weight, eps), F.rms_norm(x, (32,), weight, eps))
+    module, ref = norms.RMSNorm(32, eps).to(dtype), nn.RMSNorm(32, eps=eps).to(dtype)
+    with torch.no_grad():
+        module.weight.copy_(weight)
+        ref.weight.copy_(weight)
+    torch.testing.assert_close(module(x), ref(x))
+    module.load_state_dict(ref.state_dict())  # same parameter name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm_matches_hugging_face_llama_rms_norm(dtype, gen):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    hf, ours = LlamaRMSNorm(64, eps=1e-6), norms.RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        hf.weight.copy_(1 + 0.1 * torch.randn(64, generator=gen))
+    ours.load_state_dict(hf.state_dict())
+    hf, ours = hf.to(dtype), ours.to(dtype)
+    x = (2 * torch.randn(3, 7, 64, generator=gen)).to(dtype)
+    torch.testing.assert_close(ours(x), hf(x), rtol=0, atol=0)  # the same operations in the same order
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_matches_torch(dtype, bias, gen):
+    x = (2 + 3 * torch.randn(4, 6, 24, generator=gen, dtype=torch.float64)).to(dtype)
+    ref = nn.LayerNorm(24, eps=1e-5, bias=bias).to(dtype)
+    with torch.no_grad():
+        ref.weight.copy_(torch.randn(24, generator=gen))
+        if bias:
+            ref.bias.copy_(torch.randn(24, generator=gen))
+    ours = norms.LayerNorm(24, eps=1e-5, bias=bias).to(dtype)
+    ours.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(ours(x), ref(x))
+    torch.testing.assert_close(norms.layer_norm(x, ref.weight, ref.bias, 1e-5),
+                               F.layer_norm(x, (24,), ref.weight, ref.bias, 1e-5))
+
+
+# --- properties ------------------------------------------------------------------------------------------
+
+def test_outputs_have_zero_mean_and_unit_rms(gen):
+    x = 5 + 3 * torch.randn(10, 128, generator=gen, dtype=torch.float64)
+    ln = norms.layer_norm(x, eps=0.0)
+    torch.testing.assert_close(ln.mean(-1), torch.zeros(10, dtype=torch.float64))
+    torch.testing.assert_close(ln.pow(2).mean(-1), torch.ones(10, dtype=torch.float64))
+    torch.testing.assert_close(norms.rms_norm(x, eps=0.0).pow(2).mean(-1), torch.ones(10, dtype=torch.float64))
+
+
+def test_scale_invariance_and_what_epsilon_does(gen):
+    x = torch.randn(6, 16, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(norms.rms_norm(7.5 * x, eps=0.0), norms.rms_norm(x, eps=0.0))
+    torch.testing.assert_close(norms.layer_norm(7.5 * x + 3, eps=0.0), norms.layer_norm(x, eps=0.0))
+    # a zero vector: ε inside the square root keeps the output finite (zero)
+    assert norms.rms_norm(torch.zeros(4, 8)).abs().max() == 0
+    assert torch.isfinite(norms.layer_norm(torch.ones(4, 8))).all()
+    # with ε inside, the gain of a tiny input saturates at 1/sqrt(ε)
+    tiny = 1e-9 * torch.ones(8, dtype=torch.float64)
+    assert (norms.rms_norm(tiny, eps=1e-6) / tiny)[0].item() == pytest.approx(1e3, rel=1e-6)
+
+
+def test_low_precision_inputs_are_normalised_in_float32(gen):
+    x = (3 * torch.randn(8, 256, generator=gen)).bfloat16()
+    expected = norms.rms_norm(x.float()).bfloat16()  # compute in float32, round once
+    torch.testing.assert_close(norms.rms_norm(x), expected, rtol=0, atol=0)
+    assert norms.rms_norm(x).dtype == torch.bfloat16
+    big = torch.full((2, 64), 300.0, dtype=torch.float16)  # 300² overflows float16
+    naive = big * torch.rsqrt(big.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert naive.abs().max() == 0  # x / sqrt(inf) = 0
+    torch.testing.assert_close(norms.rms_norm(big), torch.ones_like(big))
+
+
+# --- Jacobians -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("eps", [0.0, 1e-6, 0.5])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 10.0])
+def test_rms_norm_jacobian_matches_autograd(eps, scale, gen):
+    d = 12
+    x = scale * torch.randn(d, generator=gen, dtype=torch.float64)
+    weight = torch.randn(d, generator=gen, dtype=torch.float64)
+    auto = jacobian(lambda v: norms.rms_norm(v, weight, eps), x)
+    torch.testing.assert_close(norms.rms_norm_jacobian(x, weight, eps), auto)
+    torch.testing.assert_close(norms.rms_norm_jacobian(x, None, eps),
+                               jacobian(lambda v: norms.rms_norm(v, eps=eps), x))
+
+
+def test_rms_norm_jacobian_without_epsilon_in_r_is_only_approximate(gen):
+    x = 1e-3 * torch.randn(8, generator=gen, dtype=torch.float64)  # mean(x²) comparable to ε
+    eps = 1e-6
+    auto = jacobian(lambda v: norms.rms_norm(v, eps=eps), x)
+    r0 = x.pow(2).mean().sqrt()
+    x_hat = x / r0
+    wrong = (torch.eye(8, dtype=torch.float64) - torch.outer(x_hat, x_hat) / 8) / r0
+    assert (wrong - auto).abs().max() > 0.1 * auto.abs().max()
+    torch.testing.assert_close(norms.rms_norm_jacobian(x, eps=eps), auto)
+
+
+def test_rms_norm_jacobian_batched_and_radial_direction(gen):
+    x = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64)
+    jac = norms.rms_norm_jacobian(x, eps=0.0)
+    assert jac.shape == (3, 4, 10, 10)
+    for b in range(3):
+        for t in range(4):
+            torch.testing.assert_close(jac[b, t], jacobian(lambda v: norms.rms_norm(v, eps=0.0), x[b, t]))
+    radial = (jac @ x.unsqueeze(-1)).squeeze(-1)  # scaling x does not change the output
+    torch.testing.assert_close(radial, torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 0.3])
+def test_layer_norm_jacobian_matches_autograd(eps, gen):
+    x = 1 + torch.randn(9, generator=gen, dtype=torch.float64)
+    weight = torch.randn(9, generator=gen, dtype=torch.float64)
+    auto = jacobian(lambda v: norms.layer_norm(v, weight, None, eps), x)
+    torch.testing.assert_close(norms.layer_norm_jacobian(x, weight, eps), auto)
+    ones = torch.ones(9, dtype=torch.float64)
+    torch.testing.assert_close(norms.layer_norm_jacobian(x, eps=eps) @ ones, torch.zeros(9, dtype=torch.float64))
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"x's last dimension \(5\) must equal dim \(4\)"):
+        norms.RMSNorm(4)(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"weight must have shape \(D,\) = \(5,\)"):
+        norms.rms_norm(torch.zeros(2, 5), torch.ones(4))
+    with pytest.raises(ValueError, match="bias must have shape"):
+        norms.layer_norm(torch.zeros(2, 5), torch.ones(5), torch.ones(3))
+    with pytest.raises(ValueError, match=r"eps \(-1e-06\) must be non-negative"):
+        norms.RMSNorm(4, eps=-1e-6)
+    with pytest.raises(TypeError, match="eps must be a number"):
+        norms.rms_norm(torch.zeros(3), eps="small")
+    with pytest.raises(TypeError, match="dim must be an int"):
+        norms.LayerNorm(4.0)
+    with pytest.raises(ValueError, match=r"dim \(0\) must be positive"):
+        norms.RMSNorm(0)
+    with pytest.raises(TypeError, match="floating-point"):
+        norms.layer_norm(torch.arange(4))
+    with pytest.raises(ValueError, match="shape"):
+        norms.rms_norm(torch.tensor(1.0))
+
+
+# --- device ----------------------------------------------------------------------------------------------
+
+def test_runs_on_the_course_device():
+    device = get_device()
+    x = torch.randn(2, 3, 16, device=device)
+    for module, ref in [(norms.RMSNorm(16), nn.RMSNorm(16, eps=1e-6)), (norms.LayerNorm(16), nn.LayerNorm(16))]:
+        module, ref = module.to(device), ref.to(device)
+        out = module(x)
+        assert out.device.type == device.type
+        torch.testing.assert_close(out, ref(x))
+    assert norms.rms_norm_jacobian(x).device.type == device.type
