@@ -1,6 +1,6 @@
 """The decoder block: a norm, grouped-query attention and a feed-forward network around a residual stream.
 
-Pre-norm (Llama, Mistral, GPT-2 onwards)::
+Pre-norm (Xiong et al., 2020; GPT-2 onwards, Llama, Mistral)::
 
     h   = x + Attention(Norm₁(x))          # attention reads a normalised copy and adds its result
     out = h + FFN(Norm₂(h))                # so does the FFN; the stream itself is never normalised
@@ -46,7 +46,8 @@ class TransformerBlock(nn.Module):
     """One decoder block: ``attn_norm`` → ``attn`` → residual add → ``ffn_norm`` → ``ffn`` → residual
     add (pre-norm), or the post-norm arrangement, as ``config.placement`` says.
 
-    ``forward(x, cos, sin)`` maps (B, T, D) to (B, T, D) with causal self-attention. With a KV cache
+    ``forward(x, cos, sin)`` maps (B, T, D) to (B, T, D) with causal self-attention; ``cos`` and
+    ``sin`` are required when ``config.positional == "rope"`` and refused otherwise. With a KV cache
     (``cache`` and ``layer``), the new keys and values are stored and the queries attend to every
     cached position before them; the cache's length says where the new tokens start.
     """
@@ -56,12 +57,17 @@ class TransformerBlock(nn.Module):
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
         self.placement = config.placement
+        self.d_model = config.d_model
+        self.uses_rope = config.positional == "rope"  # other schemes act on the embeddings, not here
         self.attn_norm = build_norm(config)
         self.attn = GroupedQueryAttention(
             config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim, bias=config.bias
         )
         self.ffn_norm = build_norm(config)
         self.ffn = build_ffn_for(config)
+
+    def extra_repr(self) -> str:
+        return f"placement={self.placement!r}, rope={self.uses_rope}"
 
     def attention(
         self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
@@ -78,13 +84,30 @@ class TransformerBlock(nn.Module):
         self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
         implementation: str = "sdpa",
     ) -> torch.Tensor:
-        """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions (or None);
+        """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions (None without RoPE);
         ``mask``: a bool (T, S) mask, True = may attend (default: causal); ``cache``/``layer``: a KV
         cache and this block's index in it; ``implementation``: ``"sdpa"`` (fused kernel) or
         ``"reference"`` (explicit math)."""
+        self._check_inputs(x, cos, sin)
         kw = dict(mask=mask, cache=cache, layer=layer, implementation=implementation)
         if self.placement == "pre":
             h = x + self.attention(self.attn_norm(x), cos, sin, **kw)  # (B, T, D): residual 1
             return h + self.ffn(self.ffn_norm(h))  # (B, T, D): residual 2
         h = self.attn_norm(x + self.attention(x, cos, sin, **kw))  # (B, T, D)
         return self.ffn_norm(h + self.ffn(h))  # (B, T, D)
+
+    def _check_inputs(self, x, cos, sin) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, T, D) with D = d_model ({self.d_model}), "
+                             f"got {tuple(x.shape)}")
+        if self.uses_rope and (cos is None or sin is None):
+            raise ValueError("this block was built with positional='rope': pass the RoPE tables cos and "
+                             "sin for the T positions (positional.rope_cos_sin); without them attention "
+                             "would silently ignore positions")
+        if not self.uses_rope and (cos is not None or sin is not None):
+            raise ValueError("cos and sin are RoPE tables, but this block was built without RoPE "
+                             "(config.positional is not 'rope'): pass neither")
