@@ -5,7 +5,8 @@ Llama and Mistral checkpoints into it.
                → LM head → logits (B, T, V)
 
 The logits at position t score the token at position t + 1: softmax over the last dimension gives the
-next-token distribution. ``generate`` decodes greedily (or samples), with or without a KV cache.
+next-token distribution (``next_token_probs`` reads it at each sequence's last position). ``generate``
+decodes greedily (or samples), with or without a KV cache.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .block import TransformerBlock, build_norm
 from .config import ModelConfig
@@ -22,7 +24,7 @@ from .init import gpt2_init_
 from .kv_cache import ConcatKVCache, KVCache
 from .positional import LearnedPositionalEmbedding, rope_cos_sin, sinusoidal_encoding
 
-__all__ = ["DecoderLM", "config_from_hf"]
+__all__ = ["DecoderLM", "config_from_hf", "next_token_probs"]
 
 
 class DecoderLM(nn.Module):
@@ -52,26 +54,39 @@ class DecoderLM(nn.Module):
         self.norm = build_norm(config) if config.placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         gpt2_init_(self, config.n_layers)
+        self.activation_checkpointing = False  # checkpointing.checkpoint_blocks turns it on (ch. 11)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight  # one (V, D) table for reading and writing tokens
 
     # --- forward ---------------------------------------------------------------------------------
 
-    def forward(self, ids: torch.Tensor, *, cache: KVCache | ConcatKVCache | None = None,
-                implementation: str = "sdpa") -> torch.Tensor:
-        """ids (B, T) of token indices → logits (B, T, V).
+    def forward(self, ids: torch.Tensor, *, positions: torch.Tensor | None = None,
+                cache: KVCache | ConcatKVCache | None = None, implementation: str = "sdpa") -> torch.Tensor:
+        """ids (B, T) of token indices → logits (B, T, V); softmax(logits[:, t]) is the model's
+        distribution for the token at position t + 1.
 
-        With a ``cache``, the T tokens continue the cached sequence: they take positions
+            x = E[ids] (+ P[positions])  →  x = block_ℓ(x), ℓ = 1 … N  →  logits = Norm(x) W_headᵀ
+
+        ``positions`` (T,): the tokens' absolute positions for the position encoding, increasing
+        (Hugging Face's ``position_ids``); the default is 0 … T − 1. The causal mask (and Mistral's
+        sliding window) follows the order of the tokens, whatever their positions. With a ``cache``
+        the T tokens continue the cached sequence instead: they take positions
         ``cache.length … cache.length + T − 1``, attend to every cached position, and are stored (the
-        cache advances by T). ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"``
-        (explicit math), for every attention layer.
+        cache advances by T). ``implementation``: ``"sdpa"``
+        (fused kernel) or ``"reference"`` (explicit math), for every attention layer.
         """
         c = self.config
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
             raise ValueError(f"ids must be a (B, T) tensor of token indices, got {getattr(ids, 'shape', type(ids))}")
         B, T = ids.shape
+        if cache is not None and positions is not None:
+            raise ValueError("give positions or a cache, not both: with a cache its length owns the positions")
         start = cache.length if cache is not None else 0  # the cache's length owns the positions
-        positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+        slots = torch.arange(start, start + T, device=ids.device)  # (T,): the tokens' places in the sequence
+        if positions is None:
+            positions = slots  # (T,)
+        else:
+            positions = _check_positions(positions, T).to(ids.device)  # (T,): for the position encoding only
         x = self.embed(ids)  # (B, T, D)
         cos = sin = None
         if c.positional == "rope":
@@ -80,9 +95,15 @@ class DecoderLM(nn.Module):
             x = x + self.pos_embed(positions)  # (B, T, D) + (T, D)
         elif c.positional == "sinusoidal":
             x = x + sinusoidal_encoding(positions, c.d_model, dtype=x.dtype, device=ids.device)  # (T, D)
-        mask = self._sliding_window_mask(positions, start + T)  # None: plain causal attention
+        # masks follow the token order (as in Hugging Face): query slot i sees key slots j ≤ i
+        mask = self._sliding_window_mask(slots, start + T)  # None: plain causal attention
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, mask=mask, cache=cache, layer=i, implementation=implementation)  # (B, T, D)
+            if self.activation_checkpointing and cache is None and torch.is_grad_enabled():
+                # keep only the block's input; backward recomputes its activations (chapter 11)
+                x = checkpoint(block, x, cos, sin, mask=mask, implementation=implementation,
+                               use_reentrant=False)  # (B, T, D)
+            else:
+                x = block(x, cos, sin, mask=mask, cache=cache, layer=i, implementation=implementation)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
         return self.lm_head(self.norm(x))  # (B, T, V)
@@ -143,7 +164,9 @@ class DecoderLM(nn.Module):
         """Build a DecoderLM from a ``transformers`` ``LlamaForCausalLM`` or ``MistralForCausalLM``
         (any size, GQA or not, tied or untied) and load its weights strictly: every tensor of the
         Hugging Face model lands in exactly one parameter here, and every parameter is filled. The
-        result computes the same logits (same dtype and device as the source)."""
+        result computes the same logits (same dtype and device as the source). Nothing is copied:
+        the parameters are the Hugging Face model's own tensors (``load_state_dict(assign=True)``),
+        so changing one model's weights changes the other's."""
         config = config_from_hf(hf_model.config)
         with torch.device("meta"):
             model = cls(config)
@@ -170,6 +193,49 @@ _HF_NAMES = [  # Hugging Face Llama/Mistral name → DecoderLM name
     (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight", r"blocks.\1.attn.w_\2.weight"),
     (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.ffn.w_\2.weight"),
 ]
+
+
+def _check_positions(positions, T: int) -> torch.Tensor:
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a tensor of integer positions, got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    if positions.shape != (T,):
+        raise ValueError(f"positions must have shape (T,) = ({T},), one per token, got {tuple(positions.shape)}")
+    if T and positions.min() < 0:
+        raise ValueError("positions must be non-negative")
+    if T > 1 and not (positions[1:] > positions[:-1]).all():
+        raise ValueError("positions must be strictly increasing: the causal mask follows the token order")
+    return positions
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
+                     lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """p(next token) = softmax(z / τ) over the vocabulary, z the logits at each sequence's last position.
+
+    ``logits`` (B, T, V) come from :class:`DecoderLM`, whose position t scores the token at t + 1; the
+    token after a whole sequence is therefore read at position T − 1, or at ``lengths[b] − 1`` for a
+    batch of right-padded sequences of real lengths ``lengths`` (B,). ``temperature`` τ > 0 sharpens
+    (τ < 1) or flattens (τ > 1) the distribution; τ → 0 approaches the greedy argmax. The softmax runs
+    in at least float32. Returns (B, V); each row sums to 1.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point (B, T, V) tensor, got {getattr(logits, 'shape', type(logits))}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature ({temperature}) must be a positive number (use argmax for greedy)")
+    B, T, V = logits.shape
+    if lengths is None:
+        last = logits[:, -1]  # (B, V): the position after which the next token comes
+    else:
+        if not isinstance(lengths, torch.Tensor) or lengths.shape != (B,) or lengths.is_floating_point():
+            raise ValueError(f"lengths must be an integer tensor of shape (B,) = ({B},), got "
+                             f"{getattr(lengths, 'shape', type(lengths))}")
+        if (lengths < 1).any() or (lengths > T).any():
+            raise ValueError(f"lengths must lie in [1, T] = [1, {T}]")
+        rows = torch.arange(B, device=logits.device)  # (B,)
+        last = logits[rows, lengths.to(logits.device) - 1]  # (B, V): each sequence's own last token
+    z = last.to(torch.promote_types(last.dtype, torch.float32)) / temperature  # (B, V)
+    return torch.softmax(z, dim=-1)  # (B, V): normalised over the vocabulary
 
 
 def _hf_name(name: str) -> str | None:

@@ -7,7 +7,9 @@ import torch
 from course_lib import counting
 from course_lib.config import PRESETS, ModelConfig
 from course_lib.kv_cache import ConcatKVCache, KVCache
-from course_lib.model import DecoderLM, config_from_hf
+from course_lib.attention import attention_reference, causal_mask, repeat_kv
+from course_lib.model import DecoderLM, config_from_hf, next_token_probs
+from course_lib.positional import rope_cos_sin
 
 HF_CASES = {
     # name: (model class, config kwargs)
@@ -155,17 +157,96 @@ def test_a_single_token_equals_the_first_position():
         torch.testing.assert_close(model(ids[:, :1])[0, 0], model(ids)[0, 0], atol=1e-6, rtol=0)
 
 
-def test_rope_makes_identical_tokens_position_aware():
+def test_identical_tokens_give_identical_outputs_with_or_without_rope():
+    """A run of one repeated token: every value vector is the same, so any attention weights average it
+    to itself, and every position ends with the same logits, RoPE or not. RoPE changes the weights only."""
     model = model_for("tiny")
     same = torch.full((1, 6), 7)
+    no_positions = DecoderLM(CONFIGS["tiny"].replace(positional="none")).eval()
+    no_positions.load_state_dict(model.state_dict())
     with torch.no_grad():
-        logits = model(same)[0]
-        no_positions = DecoderLM(CONFIGS["tiny"].replace(positional="none"))
-        no_positions.load_state_dict(model.state_dict())
-        flat = no_positions.eval()(same)[0]
-    assert not torch.allclose(logits[0], logits[5])  # the same token at different positions
-    torch.testing.assert_close(flat[0], flat[5], atol=1e-5, rtol=1e-5)  # without positions: identical
-    torch.testing.assert_close(logits[0], flat[0], atol=1e-6, rtol=0)  # position 0: RoPE is the identity
+        logits, flat = model(same)[0], no_positions(same)[0]
+        torch.testing.assert_close(logits, logits[:1].expand_as(logits), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits, flat, atol=1e-5, rtol=1e-5)
+        assert torch.equal(logits[0], flat[0])  # position 0: RoPE is the identity, exactly
+        # the attention weights of the first block do depend on the position with RoPE
+        block = model.blocks[0]
+        x = block.attn_norm(model.embed(same))
+        weights = {}
+        for name, tables in (("rope", rope_cos_sin(6, 16)), ("none", (None, None))):
+            q, k, _ = block.attn.project_qkv(x, *tables)
+            k = repeat_kv(k, block.attn.n_rep)
+            _, weights[name] = attention_reference(q, k, k, causal_mask(6), return_weights=True)
+        uniform = causal_mask(6) / torch.arange(1, 7)[:, None]  # (T, S): 1/(t+1) on the allowed keys
+        torch.testing.assert_close(weights["none"][0, 0], uniform, atol=1e-6, rtol=0)
+        assert (weights["rope"] - weights["none"]).abs().max() > 1e-4
+    # absolute positions added to the embeddings do make identical tokens distinguishable
+    sinusoidal = DecoderLM(CONFIGS["tiny"].replace(positional="sinusoidal")).eval()
+    sinusoidal.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        out = sinusoidal(same)[0]
+    assert (out - out[0]).abs().max() > 1e-3
+
+
+def test_rope_makes_the_order_of_distinct_tokens_matter():
+    model = model_for("tiny")
+    no_positions = DecoderLM(CONFIGS["tiny"].replace(positional="none")).eval()
+    no_positions.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        a, b = model(ids)[0], no_positions(ids)[0]
+    assert torch.equal(a[0], b[0])  # position 0 is not rotated
+    assert (a[1:] - b[1:]).abs().amax(-1).min() > 1e-4  # every later position differs
+
+
+@pytest.mark.parametrize("name", ["tiny", "window", "mqa-3-layers"])
+def test_rope_models_ignore_a_uniform_shift_of_positions(name):
+    model = model_for(name)
+    ids = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        base = model(ids)
+        assert torch.equal(model(ids, positions=torch.arange(10)), base)
+        for shift in (1, 7, 300):
+            torch.testing.assert_close(model(ids, positions=shift + torch.arange(10)), base, atol=2e-5, rtol=0)
+        spread = model(ids, positions=2 * torch.arange(10))  # relative distances doubled: not a shift
+    assert (spread - base).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["post-layer-gelu-learned", "sinusoidal-relu"])
+def test_absolute_positions_see_a_shift(name):
+    model = model_for(name)
+    ids = torch.randint(0, 256, (1, 10), generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        assert (model(ids, positions=5 + torch.arange(10)) - model(ids)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("case", ["llama-gqa", "mistral-window"])
+def test_positions_match_hugging_face_position_ids(case):
+    kind, kwargs = HF_CASES[case]
+    hf = hf_model(kind, "eager", **kwargs)
+    ours = DecoderLM.from_hf(hf)
+    ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(11))
+    positions = 20 + torch.arange(12)
+    with torch.no_grad():
+        expected = hf(ids, position_ids=positions[None].expand(2, -1)).logits
+        assert (ours(ids, positions=positions) - expected).abs().max().item() <= 1e-4
+
+
+def test_next_token_probs():
+    gen = torch.Generator().manual_seed(12)
+    logits = 3 * torch.randn(3, 5, 11, generator=gen, dtype=torch.float64)
+    probs = next_token_probs(logits)
+    torch.testing.assert_close(probs, torch.softmax(logits[:, -1], dim=-1))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3, dtype=torch.float64))
+    lengths = torch.tensor([5, 1, 3])
+    padded = next_token_probs(logits, temperature=0.5, lengths=lengths)
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(padded[b], torch.softmax(logits[b, n - 1] / 0.5, dim=-1))
+    half = next_token_probs(logits.half())
+    assert half.dtype == torch.float32 and torch.isfinite(half).all()
+    # a very low temperature concentrates everything on the argmax
+    cold = next_token_probs(logits, temperature=1e-3)
+    assert torch.equal(cold.argmax(-1), logits[:, -1].argmax(-1)) and (cold.max(-1).values > 0.999).all()
 
 
 def test_explicit_and_fused_attention_agree():
@@ -198,6 +279,20 @@ def test_runs_on_the_device():
         (lambda: KVCache(2, 1, 2, 16, 4).update(2, torch.zeros(1, 2, 1, 16), torch.zeros(1, 2, 1, 16)),
          ValueError, "layer (2)"),
         (lambda: ConcatKVCache(0), ValueError, "n_layers (0)"),
+        (lambda: model_for("tiny")(torch.zeros(1, 3, dtype=torch.long), positions=torch.arange(4)), ValueError,
+         "positions must have shape (T,) = (3,)"),
+        (lambda: model_for("tiny")(torch.zeros(1, 3, dtype=torch.long), positions=torch.tensor([0, 2, 1])),
+         ValueError, "positions must be strictly increasing"),
+        (lambda: model_for("tiny")(torch.zeros(1, 3, dtype=torch.long), positions=torch.arange(3.0)), TypeError,
+         "positions must hold integers"),
+        (lambda: model_for("tiny")(torch.zeros(1, 3, dtype=torch.long), positions=torch.arange(3),
+                                   cache=ConcatKVCache(2)), ValueError, "give positions or a cache, not both"),
+        (lambda: next_token_probs(torch.zeros(2, 3, 5), temperature=0.0), ValueError, "temperature (0.0)"),
+        (lambda: next_token_probs(torch.zeros(2, 5)), ValueError, "logits must be a floating-point (B, T, V)"),
+        (lambda: next_token_probs(torch.zeros(2, 3, 5), lengths=torch.tensor([1, 4])), ValueError,
+         "lengths must lie in [1, T] = [1, 3]"),
+        (lambda: next_token_probs(torch.zeros(2, 3, 5), lengths=torch.tensor([1])), ValueError,
+         "lengths must be an integer tensor of shape (B,) = (2,)"),
         (lambda: ModelConfig(vocab_size=9, d_model=8, n_layers=1, n_heads=2, d_ff=8, bias=True), ValueError,
          "bias=True goes with ffn"),
     ],
