@@ -22,10 +22,10 @@ from torch import nn
 
 from .attention import GroupedQueryAttention
 from .config import ModelConfig
-from .ffn import FeedForward, SwiGLU
+from .ffn import build_ffn
 from .norms import LayerNorm, RMSNorm
 
-__all__ = ["TransformerBlock", "build_norm", "build_ffn_for"]
+__all__ = ["TransformerBlock", "build_norm"]
 
 
 def build_norm(config: ModelConfig) -> nn.Module:
@@ -33,13 +33,6 @@ def build_norm(config: ModelConfig) -> nn.Module:
     if config.norm == "rms":
         return RMSNorm(config.d_model, eps=config.norm_eps)
     return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
-
-
-def build_ffn_for(config: ModelConfig) -> nn.Module:
-    """SwiGLU (w_gate, w_up, w_down) or a two-matrix FFN with ReLU or exact GELU (w_up, w_down)."""
-    if config.ffn == "swiglu":
-        return SwiGLU(config.d_model, config.d_ff)
-    return FeedForward(config.d_model, config.d_ff, activation=config.ffn, bias=config.bias)
 
 
 class TransformerBlock(nn.Module):
@@ -64,7 +57,7 @@ class TransformerBlock(nn.Module):
             config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim, bias=config.bias
         )
         self.ffn_norm = build_norm(config)
-        self.ffn = build_ffn_for(config)
+        self.ffn = build_ffn(config.ffn, config.d_model, config.d_ff, bias=config.bias)
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}, rope={self.uses_rope}"

@@ -213,13 +213,15 @@ class SwiGLU(nn.Module):
 FFN_VARIANTS = ("swiglu", "gelu", "relu")
 
 
-def build_ffn(variant: str, d_model: int, d_ff: int) -> nn.Module:
-    """``"swiglu"`` → :class:`SwiGLU`; ``"gelu"`` or ``"relu"`` → :class:`FeedForward`
-    with that activation and no biases."""
+def build_ffn(variant: str, d_model: int, d_ff: int, bias: bool = False) -> nn.Module:
+    """``"swiglu"`` → :class:`SwiGLU` (never biased); ``"gelu"`` or ``"relu"`` →
+    :class:`FeedForward` with that activation, biased when ``bias``."""
     if variant == "swiglu":
+        if bias:
+            raise ValueError("bias=True goes with 'gelu' or 'relu': SwiGLU has no biases")
         return SwiGLU(d_model, d_ff)
     if variant in ("gelu", "relu"):
-        return FeedForward(d_model, d_ff, activation=variant)
+        return FeedForward(d_model, d_ff, activation=variant, bias=bias)
     raise ValueError(f"variant must be one of {FFN_VARIANTS}, got {variant!r}")
 
 

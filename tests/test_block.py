@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from course_lib import norms
-from course_lib.block import TransformerBlock, build_ffn_for, build_norm
+from course_lib.block import TransformerBlock, build_norm
+from course_lib.ffn import build_ffn
 from course_lib.config import PRESETS, ModelConfig
 from course_lib.device import get_device
 from course_lib.ffn import FeedForward, SwiGLU
@@ -173,8 +174,9 @@ def test_norms_have_a_shift_only_with_biases():
     assert build_norm(config(norm="layer", ffn="gelu", bias=True)).bias is not None
     assert build_norm(config(norm="layer")).bias is None
     assert not hasattr(build_norm(config()), "bias")
-    assert isinstance(build_ffn_for(config(ffn="relu")), FeedForward)
-    assert build_ffn_for(config(ffn="gelu", bias=True)).w_up.bias is not None
+    assert isinstance(TransformerBlock(config(ffn="relu")).ffn, FeedForward)
+    assert TransformerBlock(config(ffn="gelu", bias=True)).ffn.w_up.bias is not None
+    assert build_ffn("gelu", 8, 16, bias=True).w_down.bias is not None
 
 
 def test_explicit_and_fused_attention_agree_in_float32():
