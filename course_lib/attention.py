@@ -58,7 +58,7 @@ def _check_implementation(implementation: str) -> str:
     return implementation
 
 
-def _check_qkv(q, k, v) -> None:
+def _check_qkv(q, k, v, grouped: bool = False) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -82,12 +82,28 @@ def _check_qkv(q, k, v) -> None:
             f"k and v must hold the same number of keys (dimension -2), "
             f"got {k.shape[-2]} and {v.shape[-2]}"
         )
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+    q_leading = q.shape[:-2]
+    if grouped:  # H_kv heads for k and v; _check_grouped checked that they divide q's H
+        q_leading = (*q.shape[:-3], k.shape[-3])
+    if not (q_leading == k.shape[:-2] == v.shape[:-2]):
         raise ValueError(
             f"q, k and v must have the same leading (batch, head) dimensions, got "
             f"{tuple(q.shape[:-2])}, {tuple(k.shape[:-2])} and {tuple(v.shape[:-2])}; "
             f"for grouped-query attention, expand k and v with repeat_kv first"
         )
+
+
+def _check_grouped(q, k, v) -> int:
+    """enable_gqa: q (B, H, T, D_h), k and v (B, H_kv, S, D_h), H_kv dividing H; H // H_kv."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"with enable_gqa, {name} must have shape (B, heads, length, "
+                             f"D_h), got {got}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"with enable_gqa, the query heads ({q.shape[1]}) must be a "
+                         f"multiple of the key/value heads ({k.shape[1]})")
+    return q.shape[1] // k.shape[1]
 
 
 def _check_mask(mask, scores_shape: tuple[int, ...]) -> None:
@@ -101,11 +117,11 @@ def _check_mask(mask, scores_shape: tuple[int, ...]) -> None:
             f"an additive float mask (0 = attend, -inf = blocked) converts with "
             f"`mask = additive == 0`"
         )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    # does the mask broadcast to the scores? (a plain loop: torch.broadcast_shapes is slow for
+    # a check that runs in every layer at every generation step)
+    fits = mask.dim() <= len(scores_shape) and all(
+        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape)))
+    if not fits:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(scores_shape)} (..., T, S)"
@@ -188,13 +204,15 @@ def attention_reference(
     if mask is not None:
         _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S): one per (query, key)
+    # (q·scale) kᵀ = scale·(q kᵀ): scaling the T·D_h queries is cheaper than the T·S scores
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S): one per (query, key)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # exp(−inf) = 0: weight 0
+        blocked = ~mask
+        scores = scores.masked_fill(blocked, float("-inf"))  # exp(−inf) = 0: weight 0
     dtype = torch.promote_types(scores.dtype, torch.float32)  # bf16 in: fp32 softmax
     weights = torch.softmax(scores.to(dtype), dim=-1)  # (..., T, S): over the keys
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)  # an all-−inf row is NaN: make it 0
+    if mask is not None and not mask.any(dim=-1).all():
+        weights = weights.masked_fill(blocked, 0.0)  # an all-−inf row is NaN: make it 0
     weights = weights.to(v.dtype)
     out = weights @ v  # (..., T, D_v): weighted averages of the values
     return (out, weights) if return_weights else out
@@ -209,6 +227,7 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     implementation: str = "sdpa",
+    enable_gqa: bool = False,
 ) -> torch.Tensor:
     """Scaled dot-product attention, either implementation: ``"sdpa"`` calls PyTorch's
     fused ``F.scaled_dot_product_attention``, ``"reference"`` :func:`attention_reference`.
@@ -217,9 +236,18 @@ def attention(
     puts the T queries at the last T of the S key positions (:func:`causal_mask`); it
     becomes the kernel's ``is_causal=True`` only when T == S, because that flag aligns the
     queries with the *first* keys.
+
+    ``enable_gqa=True`` takes k and v with H_kv heads for q's H (grouped-query attention),
+    query head h reading kv head h // (H / H_kv): the reference expands them with
+    :func:`repeat_kv`; the fused kernel groups the heads itself, without that copy.
     """
     _check_implementation(implementation)
-    _check_qkv(q, k, v)
+    if enable_gqa:
+        n_rep = _check_grouped(q, k, v)
+        if implementation == "reference":
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D_h): h // n_rep
+            enable_gqa = False
+    _check_qkv(q, k, v, grouped=enable_gqa)
     if causal and mask is not None:
         raise ValueError(
             "give either mask or causal=True, not both: a mask must already include causality"
@@ -227,7 +255,9 @@ def attention(
     n_queries, n_keys = q.shape[-2], k.shape[-2]
     is_causal = False
     if causal:
-        if implementation == "sdpa" and n_queries == n_keys:
+        if n_queries == 1:
+            pass  # one query, at the last position (a decoding step): it sees every key
+        elif implementation == "sdpa" and n_queries == n_keys:
             is_causal = True  # the fused kernel skips the blocked half, no mask to read
         else:
             mask = causal_mask(n_queries, n_keys, device=q.device)  # (T, S), offset S − T
@@ -236,7 +266,7 @@ def attention(
     if mask is not None:
         _check_mask(mask, (*q.shape[:-1], n_keys))
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
+        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
     )
 
 
@@ -354,10 +384,14 @@ class GroupedQueryAttention(nn.Module):
                     f"got {tuple(t.shape)}"
                 )
         B, _, T, _ = q.shape
-        k = repeat_kv(k, self.n_rep)  # (B, H, S, D_h): head h reads kv head h // n_rep
-        v = repeat_kv(v, self.n_rep)  # (B, H, S, D_h)
+        if implementation == "reference":
+            k = repeat_kv(k, self.n_rep)  # (B, H, S, D_h): head h reads kv head h // n_rep
+            v = repeat_kv(v, self.n_rep)  # (B, H, S, D_h)
+        # "sdpa": the kernel does the same grouping itself (enable_gqa) without copying K and
+        # V to H heads, a copy of the whole KV cache at every decoding step
         out = attention(q, k, v, mask, causal=mask is None,  # no mask: causal
-                        implementation=implementation)  # (B, H, T, D_h)
+                        implementation=implementation,
+                        enable_gqa=implementation == "sdpa")  # (B, H, T, D_h)
         out = out.transpose(1, 2).reshape(B, T, H * D_h)  # (B, T, H·D_h): concat heads
         return self.w_o(out)  # (B, T, D)
 

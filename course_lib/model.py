@@ -137,25 +137,26 @@ class DecoderLM(nn.Module):
             raise ValueError(f"cache must be 'preallocated' or 'concat', got {cache!r}")
         if temperature < 0:
             raise ValueError(f"temperature ({temperature}) must be non-negative")
-        kv = None
-        if use_cache:
-            if cache == "concat":
-                kv = ConcatKVCache(self.config.n_layers)
-            else:
-                kv = KVCache.for_model(self.config, ids.shape[0], ids.shape[1] + max_new_tokens,
-                                       dtype=self.lm_head.weight.dtype, device=ids.device)
-        out = ids
-        step_input = ids  # the prefill: the whole prompt
-        for _ in range(max_new_tokens):
-            logits = self(step_input if use_cache else out, cache=kv)[:, -1]  # (B, V): the last position
-            if temperature == 0:
-                next_id = logits.argmax(-1, keepdim=True)  # (B, 1)
-            else:
-                probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
-                next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-            out = torch.cat([out, next_id], dim=1)  # (B, T + steps so far)
-            step_input = next_id  # with a cache, only the newest token goes in next time
-        return out
+        with torch.inference_mode():  # no autograd bookkeeping at all: cheaper decoding steps
+            kv = None
+            if use_cache:
+                if cache == "concat":
+                    kv = ConcatKVCache(self.config.n_layers)
+                else:
+                    kv = KVCache.for_model(self.config, ids.shape[0], ids.shape[1] + max_new_tokens,
+                                           dtype=self.lm_head.weight.dtype, device=ids.device)
+            out = ids
+            step_input = ids  # the prefill: the whole prompt
+            for _ in range(max_new_tokens):
+                logits = self(step_input if use_cache else out, cache=kv)[:, -1]  # (B, V): last position
+                if temperature == 0:
+                    next_id = logits.argmax(-1, keepdim=True)  # (B, 1)
+                else:
+                    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+                    next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                out = torch.cat([out, next_id], dim=1)  # (B, T + steps so far)
+                step_input = next_id  # with a cache, only the newest token goes in next time
+        return out.clone()  # an ordinary tensor again: inference tensors cannot enter autograd
 
     # --- Hugging Face ----------------------------------------------------------------------------
 

@@ -25,4 +25,224 @@ def kl_divergence(p, q, base=2.0):
     return (q * log_ratio).sum(dim=-1) / math.log(base)
 ''',
     },
+    "02_embeddings_and_positions": {
+        # sin and cos swapped: cosines in the even columns
+        "sinusoidal-answer": '''\
+def sinusoidal_encoding(positions, d_model, base=10000.0):
+    omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angles = positions.to(torch.float64)[:, None] * omega
+    return torch.stack((torch.cos(angles), torch.sin(angles)), dim=-1).reshape(len(positions), d_model)
+''',
+        # interleaved pairs read correctly but written back as [all a, all b]
+        "rope-answer": '''\
+def apply_rope(x, cos, sin, pairing="half"):
+    half = x.shape[-1] // 2
+    if pairing == "half":
+        a, b = x[..., :half], x[..., half:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+''',
+        # the power-of-two formula used for every head count
+        "alibi-answer": '''\
+def alibi_bias(n_heads, seq_len):
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)])
+    pos = torch.arange(seq_len)
+    return -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()
+''',
+    },
+    "03_attention": {
+        # the scores are not divided by sqrt(d_k)
+        "attention-answer": '''\
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+''',
+        # the offset is ignored: queries aligned with the first keys, as with is_causal=True
+        "mask-answer": '''\
+def causal_mask(n_queries, n_keys, offset):
+    return torch.ones(n_queries, n_keys, dtype=torch.bool).tril()
+''',
+        # kv heads tiled with .repeat: query head h reads kv head h % n_kv_heads
+        "gqa-answer": '''\
+def gqa_forward(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads):
+    B, T, _ = x.shape
+    d_h = w_q.shape[0] // n_heads
+    n_rep = n_heads // n_kv_heads
+    q = (x @ w_q.T).view(B, T, n_heads, d_h).transpose(1, 2)
+    k = (x @ w_k.T).view(B, T, n_kv_heads, d_h).transpose(1, 2).repeat(1, n_rep, 1, 1)
+    v = (x @ w_v.T).view(B, T, n_kv_heads, d_h).transpose(1, 2).repeat(1, n_rep, 1, 1)
+    pos = torch.arange(T, device=x.device)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_h)).masked_fill(pos[:, None] < pos[None, :], float("-inf"))
+    out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, n_heads * d_h)
+    return out @ w_o.T
+''',
+    },
+    "04_feed_forward": {
+        # SiLU applied to the up projection instead of the gate
+        "swiglu-answer": '''\
+def swiglu(x, w_gate, w_up, w_down):
+    up = x @ w_up
+    return ((x @ w_gate) * (up * torch.sigmoid(up))) @ w_down
+''',
+        # the exact (erf) GELU instead of the tanh approximation
+        "gelu-answer": '''\
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+''',
+    },
+    "05_normalization": {
+        # Bessel's correction: torch.var divides by D - 1 by default
+        "layer-norm-answer": '''\
+def layer_norm(x, weight, bias, eps=1e-5):
+    mu = x.mean(dim=-1, keepdim=True)
+    return (x - mu) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * weight + bias
+''',
+        # eps outside the square root
+        "rms-norm-answer": '''\
+def rms_norm(x, weight, eps=1e-6):
+    x32 = x.float()
+    return (x32 / (x32.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps)).type_as(x) * weight
+''',
+        # r computed without eps: only an approximation of the Jacobian
+        "jacobian-answer": '''\
+def rms_norm_jacobian(x, weight, eps=1e-6):
+    d = x.shape[-1]
+    r = x.pow(2).mean(dim=-1, keepdim=True).sqrt()
+    x_hat = x / r
+    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)
+    return weight.unsqueeze(-1) * (torch.eye(d, dtype=x.dtype) - outer / d) / r.unsqueeze(-1)
+''',
+    },
+    "06_residual_stream": {
+        # post-norm wiring: the sum is normalized, Norm(x + F(x))
+        "pre-norm-answer": '''\
+def pre_norm_residual(x, sublayer, weight, eps=1e-6):
+    s = x + sublayer(x)
+    return s / torch.sqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+''',
+        # residual projections scaled by 1/sqrt(N) (blocks) instead of 1/sqrt(2N) (branches)
+        "init-answer": '''\
+def residual_scaled_init_(model, n_layers, std=0.02):
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            scaled = name.split(".")[-1] in ("w_o", "w_down")
+            nn.init.normal_(module.weight, 0.0, std / math.sqrt(n_layers) if scaled else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, std)
+''',
+    },
+    "07_decoder_block": {
+        # the FFN reads the block's input x instead of h (a "parallel" block)
+        "pre-norm-answer": '''\
+def pre_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
+    h = x + attn(attn_norm(x), cos, sin)
+    return h + ffn(ffn_norm(x))
+''',
+        # x + Norm(F(x)): the sublayer outputs normalised instead of the sums
+        "post-norm-answer": '''\
+def post_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
+    h = x + attn_norm(attn(x, cos, sin))
+    return h + ffn_norm(ffn(h))
+''',
+        # the FFN's update computed from x, not from x + a
+        "updates-answer": '''\
+def residual_updates(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
+    return attn(attn_norm(x), cos, sin), ffn(ffn_norm(x))
+''',
+    },
+    "08_counting": {
+        # attention counted as 4·D² (multi-head) whatever n_kv_heads says
+        "count-answer": '''\
+def count_params(config):
+    d = config.d_model
+    block = 4 * d * d + 3 * d * config.d_ff + 2 * d
+    tables = config.vocab_size * d * (1 if config.tie_embeddings else 2)
+    return config.n_layers * block + tables + d
+''',
+        # the softmax's 5 FLOPs per score left out of the attention core
+        "crossover-answer": '''\
+def crossover_length(config):
+    n_matrices = 3 if config.ffn == "swiglu" else 2
+    return n_matrices * 2 * config.d_model * config.d_ff / (config.n_heads * 4 * config.head_dim)
+''',
+    },
+    "09_language_model": {
+        # no final norm: the head reads the raw residual stream
+        "forward-answer": '''\
+def lm_forward(ids, embedding, blocks, norm_weight, head_weight, tie_embeddings, eps=1e-5):
+    x = embedding[ids]
+    for block in blocks:
+        x = block(x)
+    return x @ (embedding if tie_embeddings else head_weight).T
+''',
+        # every sequence read at position T - 1, which is padding for the shorter ones
+        "probs-answer": '''\
+def next_token_probs(logits, lengths, temperature=1.0):
+    return torch.softmax(logits[:, -1] / temperature, dim=-1)
+''',
+        # only the prompt is fed at every step: the same token again and again
+        "greedy-answer": '''\
+def greedy_generate(model, ids, max_new_tokens):
+    out = ids
+    for _ in range(max_new_tokens):
+        next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
+        out = torch.cat([out, next_id], dim=1)
+    return out
+''',
+    },
+    "10_kv_cache": {
+        # the query heads counted instead of the key/value heads
+        "bytes-answer": '''\
+def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
+    return 2 * n_layers * n_heads * head_dim * seq_len * batch * bytes_per_element
+''',
+        # attends over the cached positions only: the new keys and values are stored afterwards
+        "step-answer": '''\
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    n_rep = H // k.shape[1]
+    end = length + T
+    q = rotate(q, cos[length:end], sin[length:end])
+    keys = cache_k[:, :, :length].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :length].repeat_interleave(n_rep, dim=1)
+    out = torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    return out
+''',
+    },
+    "11_memory_in_training": {
+        # every save counted, each with the size of the saved view: no de-duplication, no whole storage
+        "saved-bytes-answer": '''\
+def saved_bytes(fn, args, exclude=()):
+    skip = {id(p) for p in exclude}
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        if id(t) not in skip:
+            total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return total
+''',
+        # K and V counted with n_kv_heads heads on both paths (the explicit path saves repeat_kv's copies)
+        "block-bytes-answer": '''\
+def block_saved_bytes(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
+    B, T, D, H, H_kv, F_ = batch, seq_len, d_model, n_heads, n_kv_heads, d_ff
+    D_h = D // H
+    common = 2 * (3 * B * T * D + B * T) + T * D_h + B * T * H * D_h + 4 * B * T * F_
+    qkv = B * H * T * D_h + 2 * B * H_kv * T * D_h
+    if attention == "sdpa":
+        return 4 * (common + qkv + B * H * T * D_h + B * H * T)
+    return 4 * (common + qkv + 2 * B * H * T * T) + 2 * T * T
+''',
+    },
 }

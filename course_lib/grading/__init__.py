@@ -11,8 +11,28 @@ Importing this package inside a notebook makes grading failures display as their
 
 from . import _display
 from ._core import GradingError
+from .attention import check_causal_mask, check_gqa_forward, check_scaled_dot_product_attention
+from .block import check_post_norm_block, check_pre_norm_block, check_residual_updates
+from .checkpointing import check_block_saved_bytes, check_saved_bytes
+from .counting import check_count_params, check_crossover_length
+from .ffn import check_gelu_tanh, check_swiglu
 from .info_theory import check_cross_entropy_from_logits, check_entropy, check_kl_divergence
+from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
+from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
+from .norms import check_layer_norm, check_rms_norm, check_rms_norm_jacobian
+from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
+from .residual import check_pre_norm_residual, check_residual_scaled_init
 
-__all__ = ["GradingError", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence"]
+__all__ = ["GradingError", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence",
+           "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
+           "check_swiglu", "check_gelu_tanh",
+           "check_layer_norm", "check_rms_norm", "check_rms_norm_jacobian",
+           "check_sinusoidal_encoding", "check_apply_rope", "check_alibi_bias",
+           "check_pre_norm_block", "check_post_norm_block", "check_residual_updates",
+           "check_count_params", "check_crossover_length",
+           "check_lm_forward", "check_next_token_probs", "check_greedy_generate",
+           "check_saved_bytes", "check_block_saved_bytes",
+           "check_pre_norm_residual", "check_residual_scaled_init",
+           "check_kv_cache_bytes", "check_attend_with_cache"]
 
 _display.install()
