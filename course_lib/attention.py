@@ -204,15 +204,13 @@ def attention_reference(
     if mask is not None:
         _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    # (q·scale) kᵀ = scale·(q kᵀ): scaling the T·D_h queries is cheaper than the T·S scores
-    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S): one per (query, key)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S): one per (query, key)
     if mask is not None:
-        blocked = ~mask
-        scores = scores.masked_fill(blocked, float("-inf"))  # exp(−inf) = 0: weight 0
+        scores = scores.masked_fill(~mask, float("-inf"))  # exp(−inf) = 0: weight 0
     dtype = torch.promote_types(scores.dtype, torch.float32)  # bf16 in: fp32 softmax
     weights = torch.softmax(scores.to(dtype), dim=-1)  # (..., T, S): over the keys
-    if mask is not None and not mask.any(dim=-1).all():
-        weights = weights.masked_fill(blocked, 0.0)  # an all-−inf row is NaN: make it 0
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # an all-−inf row is NaN: make it 0
     weights = weights.to(v.dtype)
     out = weights @ v  # (..., T, D_v): weighted averages of the values
     return (out, weights) if return_weights else out
