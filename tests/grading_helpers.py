@@ -3,6 +3,7 @@ without leaking values (each file says what a leak looks like for its chapter)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -18,3 +19,10 @@ def expect_failure(checker: Callable, student, *fragments: str, no_leak: Callabl
         assert fragment in message, message
     no_leak(message)
     return message
+
+
+def no_values_leak(message: str, max_decimals: int = 2) -> None:
+    """The usual rule: a message may mention shapes, counts and settings, never a tensor or a number
+    with more than ``max_decimals`` decimals (which would be a computed value)."""
+    assert "tensor(" not in message
+    assert not re.search(rf"\d\.\d{{{max_decimals + 1},}}", message), message
