@@ -11,6 +11,7 @@ Importing this package inside a notebook makes grading failures display as their
 
 from . import _display
 from ._core import GradingError
+from ._selfcheck import self_check
 from .attention import check_causal_mask, check_gqa_forward, check_scaled_dot_product_attention
 from .block import check_post_norm_block, check_pre_norm_block, check_residual_updates
 from .checkpointing import check_block_saved_bytes, check_saved_bytes
@@ -23,7 +24,7 @@ from .norms import check_layer_norm, check_rms_norm, check_rms_norm_jacobian
 from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
 from .residual import check_pre_norm_residual, check_residual_scaled_init
 
-__all__ = ["GradingError", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence",
+__all__ = ["GradingError", "self_check", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence",
            "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
            "check_swiglu", "check_gelu_tanh",
            "check_layer_norm", "check_rms_norm", "check_rms_norm_jacobian",

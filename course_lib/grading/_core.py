@@ -1,28 +1,43 @@
-"""The machinery every checker shares.
+"""The machinery every checker shares: a graded task is a short description, this module does the rest.
 
-A checker compares a student's function with the reference over many cases that it draws with its own
-generator. When an output is wrong it tries a list of known mistakes — functions that compute what a
-solution with that mistake would return — and reports the first that matches, so the message names the
-likely error ("you used the natural log") instead of showing numbers. Messages describe inputs by shape
-and kind, never by value, and never contain reference outputs.
+A :class:`Task` says what the student writes (``name``), how the right answer is computed
+(``reference``), which inputs to try (``cases``, drawn from the task's own generator), which realistic
+mistakes to recognise (``mistakes``: functions computing what a solution with that mistake returns),
+what the solution may not use (``forbid``) and what its output must look like (``output``). Checking a
+student's function then goes, for every case:
 
-A task that teaches an operation scores nothing if it delegates the operation. :func:`forbid_calls`
-runs the student's function under a profiler hook that sees every Python and C call made during it,
-so it catches ``torch.logsumexp(x)``, ``x.logsumexp(-1)`` and an aliased ``from course_lib... import``
-alike.
+1. copy the inputs three times: a pristine copy kept aside, one for the reference (computed *before*
+   the student's function runs), one for the student;
+2. call the student's function under a :class:`~._watch.Watch` — a delegation on any case fails;
+3. compare the student's copy of the inputs with the pristine one — changing an input fails;
+4. check the output's kind, dtype, device and shape against the contract — never cast away;
+5. compare the values; when they differ, name the first catalogued mistake that reproduces them.
+
+The whole check runs in a separate process with a time and memory limit (:mod:`._isolate`). Messages
+describe inputs by shape and kind (``Case.label``), never show reference values, and never show the
+checker's code.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable, Sequence
+import copy
+import inspect
+import math
+import numbers
+import os
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Case", "Mistake", "Forbidden", "GradingError", "check_function", "forbid_calls", "describe"]
+from ._isolate import run_isolated
+from ._watch import Forbid, watching
+
+__all__ = ["Case", "Mistake", "Task", "GradingError", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
+           "describe", "self_check_timed_out"]
 
 
 class GradingError(AssertionError):
@@ -40,159 +55,352 @@ class Case:
 
 @dataclass(frozen=True)
 class Mistake:
-    """A known wrong solution: ``compute(*args, **kwargs)`` is what it would return for a case."""
+    """A known wrong solution: ``compute(*args, **kwargs)`` is what it would return for a case, and
+    ``message`` names the mistake in the task's own terms (without giving the solution away)."""
 
     message: str
     compute: Callable[..., Any]
 
 
-@dataclass(frozen=True)
-class Forbidden:
-    """A function the task must not call. ``target`` is a Python function, a builtin, or a string
-    ``"Tensor.name"`` for a tensor method; ``name`` is how the message refers to it."""
-
-    target: Any
-    name: str
-
-
 def describe(x: torch.Tensor) -> str:
     """'float64 tensor of shape (4, 6)' — how messages refer to inputs (no values)."""
-    return f"{str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)}"
+    return f"{_dtype(x.dtype)} tensor of shape {tuple(x.shape)}"
 
 
-class _CallWatcher:
-    """A ``sys.setprofile`` hook that records the first forbidden call it sees."""
-
-    def __init__(self, forbidden: Iterable[Forbidden]):
-        self.codes: dict[Any, str] = {}
-        self.builtins: dict[int, str] = {}
-        self.methods: dict[str, str] = {}
-        self._keep = []  # keep builtins alive so their ids stay unique
-        for item in forbidden:
-            target = item.target
-            if isinstance(target, str):
-                owner, _, method = target.partition(".")
-                if owner != "Tensor" or not method:
-                    raise ValueError(f"Forbidden target strings look like 'Tensor.method', got {target!r}")
-                self.methods[method] = item.name
-            elif hasattr(target, "__code__"):
-                self.codes[target.__code__] = item.name
-            else:
-                self.builtins[id(target)] = item.name
-                self._keep.append(target)
-        self.hit: str | None = None
-
-    def __call__(self, frame, event, arg):
-        if self.hit is not None:
-            return
-        if event == "call":
-            self.hit = self.codes.get(frame.f_code)
-        elif event == "c_call":
-            name = self.builtins.get(id(arg))
-            if name is None and isinstance(getattr(arg, "__self__", None), torch.Tensor):
-                name = self.methods.get(getattr(arg, "__name__", ""))
-            self.hit = name
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
-def forbid_calls(fn: Callable, args: tuple, kwargs: dict, forbidden: Sequence[Forbidden], task: str) -> Any:
-    """Call ``fn(*args, **kwargs)``; fail if it calls anything in ``forbidden``, directly or not."""
-    watcher = _CallWatcher(forbidden)
-    previous = sys.getprofile()
-    sys.setprofile(watcher)
-    try:
-        out = fn(*args, **kwargs)
-    finally:
-        sys.setprofile(previous)
-    if watcher.hit is not None:
-        raise GradingError(
-            f"{task} calls {watcher.hit}, which computes the very thing this task asks you to build. "
-            f"Write it with elementary tensor operations (the exercise says which are allowed); "
-            f"a solution that delegates scores no points."
-        )
-    return out
+# --- output contracts ------------------------------------------------------------------------------------
+
+class TensorOutput:
+    """The output is a tensor with the reference's dtype, device and shape (the default contract).
+
+    ``dtype_rule`` is how a message states the rule, e.g. "the same dtype as x" (default) or "int64 token
+    ids"."""
+
+    def __init__(self, dtype_rule: str = "the input's dtype"):
+        self.dtype_rule = dtype_rule
+
+    def kind(self, got, want, name: str, case: Case) -> str | None:
+        if not isinstance(got, torch.Tensor):
+            return f"{name} returned a {type(got).__name__} for {case.label}; it should return a tensor."
+        if got.dtype != want.dtype:
+            hint = ""
+            if want.is_floating_point() and got.is_floating_point():
+                hint = (" Compute in the input's dtype, or cast back at the end (.to(x.dtype) or .type_as(x)); "
+                        "a float64 or float32 constant created without dtype= can promote the result.")
+            elif not want.is_floating_point() and got.is_floating_point():
+                hint = " Indices and ids must be integers: use integer operations (//, argmax) or .long()."
+            elif want.dtype == torch.bool:
+                hint = " A mask is a bool tensor (True = may attend)."
+            return (f"{name} returned a {_dtype(got.dtype)} tensor for {case.label}; it should be "
+                    f"{_dtype(want.dtype)} ({self.dtype_rule}).{hint}")
+        if got.device != want.device:
+            return (f"{name} returned a tensor on {got.device} for inputs on {want.device}: create new tensors "
+                    f"on the inputs' device (device=x.device).")
+        return None
+
+    def values(self, x) -> torch.Tensor | None:
+        return x.detach() if isinstance(x, torch.Tensor) else None
 
 
-def _call_student(fn: Callable, case: Case, task: str, forbidden: Sequence[Forbidden] = ()) -> Any:
-    """Run the student's function on one case, turning its own errors into a readable GradingError."""
-    try:
-        if forbidden:
-            return forbid_calls(fn, case.args, case.kwargs, forbidden, task)
-        return fn(*case.args, **case.kwargs)
-    except NotImplementedError:
-        raise GradingError(f"{task} is not implemented yet: replace `raise NotImplementedError()` with your code.") from None
-    except GradingError:
-        raise
-    except Exception as err:  # the student's own error: say where, not what the answer is
-        raise GradingError(f"{task} raised {type(err).__name__} for {case.label}: {err}") from None
+class NumberOutput:
+    """The output is a plain number: an ``int`` when ``integer``, else an int or a float. A 0-d tensor
+    is not accepted for an integer (counts are Python ints)."""
+
+    def __init__(self, what: str, integer: bool = False):
+        self.what, self.integer = what, integer
+
+    def kind(self, got, want, name: str, case: Case) -> str | None:
+        if isinstance(got, bool) or not isinstance(got, numbers.Real) or isinstance(got, torch.Tensor):
+            kind = "tensor" if isinstance(got, torch.Tensor) else type(got).__name__
+            return f"{name} returned a {kind} for {case.label}; it should return {self.what} (a Python number)."
+        if self.integer and not isinstance(got, numbers.Integral):
+            return (f"{name} returned a {type(got).__name__} for {case.label}; it should return {self.what} as "
+                    f"an int (use // for exact division, or round() a float you know is whole).")
+        return None
+
+    def values(self, x) -> torch.Tensor | None:
+        if isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return torch.tensor(float(x), dtype=torch.float64)
+        return None
 
 
-def _to_tensor(x: Any) -> torch.Tensor | None:
-    if isinstance(x, torch.Tensor):
-        return x.detach()
-    if isinstance(x, (np.ndarray, np.generic, float, int)) and not isinstance(x, bool):
-        return torch.as_tensor(np.asarray(x))
+class TupleOutput:
+    """The output is a tuple of ``len(parts)`` values, each with its own contract, e.g. (attention
+    update, FFN update); ``names`` says how messages refer to each part."""
+
+    def __init__(self, parts: Sequence, names: Sequence[str]):
+        self.parts, self.names = list(parts), list(names)
+
+    def kind(self, got, want, name: str, case: Case) -> str | None:
+        if not isinstance(got, (tuple, list)) or len(got) != len(self.parts):
+            return (f"{name} returned a {type(got).__name__} for {case.label}; it should return a tuple of "
+                    f"{len(self.parts)}: ({', '.join(self.names)}).")
+        for part, g, w, part_name in zip(self.parts, got, want, self.names):
+            message = part.kind(g, w, f"{name}'s {part_name}", case)
+            if message:
+                return message
+        return None
+
+    def values(self, x) -> torch.Tensor | None:
+        if not isinstance(x, (tuple, list)) or len(x) != len(self.parts):
+            return None
+        flat = [part.values(v) for part, v in zip(self.parts, x)]
+        if any(v is None for v in flat):
+            return None
+        if len({v.dtype for v in flat}) > 1:
+            flat = [v.double() for v in flat]
+        return torch.cat([v.reshape(-1) for v in flat])  # one vector: the parts in order
+
+
+# --- the task ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Task:
+    """A graded task, described; :meth:`check` grades a student's function against it.
+
+    ``run(student, *args, **kwargs)``, when given, calls the student's function and returns what to
+    compare with ``reference(*args, **kwargs)`` (for tasks whose answer is a side effect, such as
+    initialising a module). ``mutates`` names the arguments the task is meant to change in place.
+    ``rtol``/``atol`` default to what the reference output's dtype can resolve. ``hint`` ends the
+    message for a wrong answer that matches no catalogued mistake.
+    """
+
+    name: str
+    reference: Callable
+    cases: Callable[[torch.Generator], Sequence[Case]]
+    seed: int
+    mistakes: Sequence[Mistake] = ()
+    forbid: Forbid = Forbid()
+    output: Any = field(default_factory=TensorOutput)
+    run: Callable | None = None
+    mutates: tuple[str, ...] = ()
+    rtol: float | None = None
+    atol: float | None = None
+    seconds: float = 10.0
+    hint: str = "Re-derive the formula on a small example by hand and compare with your code line by line."
+
+    def check(self, student) -> None:
+        """Grade ``student``; raise :class:`GradingError` with a message for the student if it fails."""
+        subject = f"`{self.name}`"
+        if not callable(student):
+            raise GradingError(f"{subject} should be a function, but it is a {type(student).__name__}.")
+        if self.name in _SELF_CHECK_TIMEOUTS:
+            raise GradingError(f"{subject} did not finish within its time limit in the self-check above (an "
+                               f"infinite loop?), so it was not graded further.")
+        message = run_isolated(lambda: _grade(self, student), seconds=self.seconds, subject=subject)
+        if message:
+            raise GradingError(message)
+
+    def checker(self, doc: str) -> Callable[[Any], None]:
+        """The ``check_<name>`` function a hidden test calls."""
+
+        def check(student) -> None:
+            self.check(student)
+
+        check.__name__ = check.__qualname__ = f"check_{self.name}"
+        check.__doc__ = doc
+        check.task = self
+        return check
+
+
+# Filled by self-checks run during autograding (see _selfcheck): the functions whose visible check ran
+# out of time, so that the hidden test does not spend the same time again.
+_SELF_CHECK_TIMEOUTS: set[str] = set()
+
+
+def self_check_timed_out(name: str) -> None:
+    _SELF_CHECK_TIMEOUTS.add(name)
+
+
+def _grade(task: Task, student) -> str | None:
+    """Every case, in order; the first failure's message (or None). Runs in the isolated process."""
+    cases = list(task.cases(torch.Generator().manual_seed(task.seed)))
+    if not cases:
+        raise ValueError("a task needs at least one case")
+    names = _parameter_names(task.reference)
+    for case in cases:
+        message = _grade_case(task, student, case, names)
+        if message:
+            return message
     return None
 
 
-def _tolerances(dtype: torch.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    default = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5)}.get(dtype, (2e-2, 2e-2))
+def _parameter_names(fn) -> list[str]:
+    try:
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return []
+
+
+def _copy(case: Case) -> tuple[tuple, dict]:
+    return copy.deepcopy((case.args, case.kwargs))
+
+
+def _grade_case(task: Task, student, case: Case, names: list[str]) -> str | None:
+    name = f"`{task.name}`"
+    pristine_args, pristine_kwargs = _copy(case)
+    ref_args, ref_kwargs = _copy(case)
+    want = task.reference(*ref_args, **ref_kwargs)  # before the student's code runs
+    args, kwargs = _copy(case)
+    with watching(task.forbid) as watch:
+        try:
+            got = task.run(student, *args, **kwargs) if task.run else student(*args, **kwargs)
+        except NotImplementedError:
+            return f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+        except GradingError as err:  # raised by the task's own `run` wrapper
+            return str(err)
+        except MemoryError:
+            return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
+        except Exception as err:  # the student's own error: say where, not what the answer is
+            if "can't allocate memory" in str(err) or "out of memory" in str(err):
+                return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
+            return f"{name} raised {type(err).__name__} for {case.label}: {_short(err)}"
+    if watch.offence is not None and watch.escape:
+        return (f"{name} uses {watch.offence} (for {case.label}). The grader must see every operation your "
+                f"function runs, so this is not allowed: compute the result directly, in this thread.")
+    if watch.offence is not None:
+        return (f"{name} uses {watch.offence}, which does the work this task asks you to do (for {case.label}). "
+                f"Write it with the elementary operations the exercise allows; a solution that delegates scores "
+                f"no points.")
+    changed = _changed_arguments(pristine_args, pristine_kwargs, args, kwargs, names, set(task.mutates))
+    if changed:
+        which = " and ".join(f"`{n}`" for n in changed)
+        return (f"{name} changed its input {which} in place (for {case.label}). Leave inputs as they are: use "
+                f"out-of-place operations (y = x * 2, not x *= 2 or x.mul_(2)) or work on a copy (x.clone()).")
+    return _compare(task, got, want, case, pristine_args, pristine_kwargs)
+
+
+def _short(err: Exception, limit: int = 300) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+def _same(a, b) -> bool:
+    """Whether two copies of an input still hold the same contents."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return bool(torch.equal(a, b))
+    if isinstance(a, torch.nn.Module):
+        sa, sb = a.state_dict(), b.state_dict() if isinstance(b, torch.nn.Module) else None
+        return sb is not None and sa.keys() == sb.keys() and all(_same(sa[k], sb[k]) for k in sa)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    return True  # numbers, strings, functions: cannot be changed in place
+
+
+def _changed_arguments(args0, kwargs0, args1, kwargs1, names, allowed) -> list[str]:
+    changed = []
+    for i, (a, b) in enumerate(zip(args0, args1)):
+        label = names[i] if i < len(names) else f"argument {i + 1}"
+        if label not in allowed and not _same(a, b):
+            changed.append(label)
+    for key in kwargs0:
+        if key not in allowed and not _same(kwargs0[key], kwargs1.get(key)):
+            changed.append(key)
+    return changed
+
+
+def _tolerances(want: torch.Tensor, rtol, atol) -> tuple[float, float]:
+    default = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5)}.get(want.dtype, (2e-2, 2e-2))
     return (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> bool:
     if got.shape != want.shape:
         return False
+    if not (got.is_floating_point() or want.is_floating_point()):
+        return bool(torch.equal(got.cpu(), want.cpu()))
+    # the dtypes were checked already: widening both to float64 only makes the comparison exact
     got, want = got.to("cpu", torch.float64), want.to("cpu", torch.float64)
     return bool(torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
 
 
-def check_function(
-    student: Any,
-    reference: Callable,
-    cases: Sequence[Case],
-    *,
-    task: str,
-    mistakes: Sequence[Mistake] = (),
-    forbidden: Sequence[Forbidden] = (),
-    rtol: float | None = None,
-    atol: float | None = None,
-) -> None:
-    """Compare ``student`` with ``reference`` on every case; raise :class:`GradingError` on the first
-    disagreement, with the message of the first known mistake that reproduces the student's output.
-
-    Tolerances default to what the reference's output dtype can resolve.
-    """
-    if not callable(student):
-        raise GradingError(f"{task} should be a function, but it is a {type(student).__name__}.")
-    if not cases:
-        raise ValueError("a checker needs at least one case")
-    for i, case in enumerate(cases):
-        got_raw = _call_student(student, case, task, forbidden if i == 0 else ())  # watch the first call
-        want = reference(*case.args, **case.kwargs).detach()
-        got = _to_tensor(got_raw)
-        if got is None:
-            raise GradingError(
-                f"{task} returned a {type(got_raw).__name__} for {case.label}; it should return a tensor."
-            )
-        r, a = _tolerances(want.dtype, rtol, atol)
-        if _close(got, want, r, a):
+def _compare(task: Task, got, want, case: Case, args, kwargs) -> str | None:
+    name = f"`{task.name}`"
+    contract = task.output
+    if isinstance(want, torch.Tensor):
+        want = want.detach()
+    kind = contract.kind(got, want, name, case)
+    if kind:
+        return kind
+    got_v, want_v = contract.values(got), contract.values(want)
+    rtol, atol = _tolerances(want_v, task.rtol, task.atol)
+    if _close(got_v, want_v, rtol, atol):
+        return None
+    for mistake in task.mistakes:
+        try:
+            margs, mkwargs = copy.deepcopy((args, kwargs))
+            wrong = contract.values(mistake.compute(*margs, **mkwargs))
+        except Exception:  # a mistake model that does not apply to this case
             continue
-        for mistake in mistakes:
-            try:
-                wrong = _to_tensor(mistake.compute(*case.args, **case.kwargs))
-            except Exception:  # a mistake model that does not apply to this case
-                continue
-            if wrong is not None and not _close(wrong, want, r, a) and _close(got, wrong, r, a):
-                raise GradingError(f"{task} is wrong for {case.label}. Likely mistake: {mistake.message}")
-        if got.shape != want.shape:
-            raise GradingError(
-                f"{task} returned shape {tuple(got.shape)} for {case.label}; the expected shape is "
-                f"{tuple(want.shape)}. Check which dimensions you reduce over."
-            )
-        if not torch.isfinite(got).all() and torch.isfinite(want).all():
-            raise GradingError(f"{task} returned NaN or inf for {case.label}, where the answer is finite.")
-        raise GradingError(
-            f"{task} returns wrong values for {case.label}. Re-derive the formula on a small example "
-            f"by hand and compare with your code line by line."
-        )
+        if wrong is not None and not _close(wrong, want_v, rtol, atol) and _close(got_v, wrong, rtol, atol):
+            return f"{name} is wrong for {case.label}. Likely mistake: {mistake.message}"
+    if got_v.shape != want_v.shape:
+        return (f"{name} returned shape {tuple(got_v.shape)} for {case.label}; the expected shape is "
+                f"{tuple(want_v.shape)}. Check which dimensions you reduce over, and every view/reshape.")
+    generic = _generic_diagnosis(got_v, want_v, rtol, atol)
+    if generic:
+        return f"{name} is wrong for {case.label}: {generic}"
+    return f"{name} returns wrong values for {case.label}. {task.hint}"
 
+
+def _generic_diagnosis(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> str | None:
+    """Shapes of error that any task can name without knowing the task."""
+    if not (got.is_floating_point() and want.is_floating_point()):
+        return None
+    g, w = got.to("cpu", torch.float64), want.to("cpu", torch.float64)
+    if not torch.isfinite(g).all() and torch.isfinite(w).all():
+        return ("it returned NaN or inf where the answer is finite: look for a log or a division of 0, an exp "
+                "that overflows, or -inf that meets 0 · (-inf).")
+    if w.dim() >= 2 and w.shape[-1] == w.shape[-2] and torch.allclose(g, w.transpose(-1, -2), rtol, atol):
+        return "its result is the transpose of the right one (the last two dimensions are swapped)."
+    if torch.allclose(g, -w, rtol, atol):
+        return "its result has the opposite sign."
+    finite = torch.isfinite(w) & torch.isfinite(g) & (w.abs() > atol)
+    if finite.sum() >= 2:
+        ratio = g[finite] / w[finite]
+        if (ratio - ratio.mean()).abs().max() <= 10 * rtol * ratio.abs().mean() and not math.isclose(
+                ratio.mean().item(), 1.0, rel_tol=rtol):
+            return ("its result is a constant multiple of the right one: a scale factor is missing, extra, or "
+                    "inverted.")
+    return None
+
+
+def wrap(message: str, width: int = 88) -> str:
+    """A long message on several lines (feedback pages do not scroll long lines well)."""
+    return textwrap.fill(message, width=width)
+
+
+def autograding() -> bool:
+    """Whether nbgrader is executing this notebook (autograde or validate)."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+# --- transitional: the previous interface, for checker modules not yet written as Tasks ------------------
+
+@dataclass(frozen=True)
+class Forbidden:
+    """(Transitional.) A Python function the task must not call, with the name a message uses."""
+
+    target: Any
+    name: str
+
+
+def check_function(student, reference, cases, *, task, mistakes=(), forbidden=(), rtol=None, atol=None) -> None:
+    """(Transitional.) :meth:`Task.check` with the previous signature."""
+    functions = tuple((f.target, f.name) for f in forbidden if not isinstance(f.target, str)
+                      and hasattr(f.target, "__code__"))
+    cases = list(cases)
+    Task(name=task, reference=reference, cases=lambda gen: cases, seed=0, mistakes=tuple(mistakes),
+         forbid=Forbid(functions=functions), rtol=rtol, atol=atol).check(student)
