@@ -16,8 +16,9 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-# On the site the setup cell is collapsed behind a toggle: it is the same on every page.
-SETUP_TAGS = ["hide-cell"]
+# On the site the setup cell is not shown (the intro explains it; every page would repeat it). Reader
+# notebooks (Colab) keep it: it installs course_lib there.
+SETUP_TAGS = ["remove-cell"]
 
 
 def repo_url() -> str:
