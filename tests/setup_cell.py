@@ -1,5 +1,9 @@
 """The one setup cell that opens every notebook, derived from the repository URL in _config.yml.
 
+The cell installs course_lib where it is missing (Colab): from the repository, or from the local path
+or pip requirement in the environment variable COURSE_LIB_SOURCE (tests/test_colab.py uses it to run
+every reader notebook and released exercise in a fresh Colab-like environment).
+
     python tests/setup_cell.py --write   # (make sync-setup) rewrite the first cell of every notebook
 
 tests/test_notebooks.py checks that every notebook starts with exactly this cell.
@@ -29,14 +33,19 @@ def repo_url() -> str:
 def setup_source() -> str:
     return f'''\
 # Setup: the same first cell in every notebook of the course.
-# Where course_lib is missing (as on Colab) it is installed from the course repository.
+# Where course_lib is missing (as on Colab) it is installed from the course repository,
+# or from COURSE_LIB_SOURCE (a local path or any pip requirement) when that is set.
 import importlib.util
+import os
 import subprocess
 import sys
 
+COURSE_REPO = "{repo_url()}"
 if importlib.util.find_spec("course_lib") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    "git+{repo_url()}"], check=True)
+    requirement = os.environ.get("COURSE_LIB_SOURCE", f"git+{{COURSE_REPO}}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", requirement],
+                   check=True)
+    importlib.invalidate_caches()
 
 from course_lib.notebook import setup
 
