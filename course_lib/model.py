@@ -6,7 +6,7 @@ Llama and Mistral checkpoints into it.
 
 The logits at position t score the token at position t + 1: softmax over the last dimension gives the
 next-token distribution (``next_token_probs`` reads it at each sequence's last position). ``generate``
-decodes greedily (or samples), with or without a KV cache.
+decodes greedily or samples (temperature, top-k, top-p: ``sampling``), with or without a KV cache.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .embeddings import TokenEmbedding
 from .init import gpt2_init_
 from .kv_cache import ConcatKVCache, KVCache
 from .positional import LearnedPositionalEmbedding, rope_cos_sin, sinusoidal_encoding
+from .sampling import check_sampling_args, sample_next
 
 __all__ = ["DecoderLM", "config_from_hf", "next_token_probs"]
 
@@ -121,39 +122,48 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True, *,
-                 cache: str = "preallocated", temperature: float = 0.0,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 cache: str = "preallocated", temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Extend ``ids`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + max_new_tokens).
 
-        ``temperature=0`` picks the most likely token (greedy); a positive temperature samples from
-        softmax(logits / temperature) with ``generator``. With ``use_cache`` the prompt is processed
-        once (prefill) and each step feeds only the newest token, reading earlier keys and values from a
-        KV cache (``cache="preallocated"``, or ``"concat"`` for the teaching version); without it every
-        step recomputes the whole sequence.
+        Each new token comes from ``sampling.sample_next``: ``temperature=0`` picks the most likely
+        token (greedy); a positive temperature samples from softmax(logits / temperature), restricted
+        to the ``top_k`` most likely tokens and/or the ``top_p`` nucleus, with ``generator`` (on the
+        model's device; the same generator state gives the same tokens, cached or not). With
+        ``use_cache`` the prompt is processed once (prefill) and each step feeds only the newest
+        token, reading earlier keys and values from a KV cache (``cache="preallocated"``, or
+        ``"concat"`` for the teaching version); without it every step recomputes the whole sequence.
+
+        The window: the model reads at most ``max_seq_len`` tokens, the last ones (crop to the
+        window, as in training). Without a cache each step feeds ``ids[:, -max_seq_len:]``, at
+        positions 0 … max_seq_len − 1. With a cache, once it holds max_seq_len positions the next
+        step cannot append (every cached key would need a new position): the cache is emptied and
+        refilled from the last max_seq_len tokens, exactly what the uncached step computes — so past
+        the window a step costs a full window's forward pass, cached or not, and both give the same
+        tokens.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens ({max_new_tokens}) must be a non-negative int")
-        if cache not in ("preallocated", "concat"):
-            raise ValueError(f"cache must be 'preallocated' or 'concat', got {cache!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature ({temperature}) must be non-negative")
+        _check_generate_args(max_new_tokens, cache, temperature, top_k, top_p)
+        window = self.config.max_seq_len
         with torch.inference_mode():  # no autograd bookkeeping at all: cheaper decoding steps
             kv = None
             if use_cache:
                 if cache == "concat":
                     kv = ConcatKVCache(self.config.n_layers)
                 else:
-                    kv = KVCache.for_model(self.config, ids.shape[0], ids.shape[1] + max_new_tokens,
+                    kv = KVCache.for_model(self.config, ids.shape[0],
+                                           min(ids.shape[1] + max_new_tokens, window),
                                            dtype=self.lm_head.weight.dtype, device=ids.device)
             out = ids
-            step_input = ids  # the prefill: the whole prompt
+            step_input = ids[:, -window:]  # the prefill: the prompt, cropped to the window
             for _ in range(max_new_tokens):
-                logits = self(step_input if use_cache else out, cache=kv)[:, -1]  # (B, V): last position
-                if temperature == 0:
-                    next_id = logits.argmax(-1, keepdim=True)  # (B, 1)
+                if not use_cache:
+                    logits = self(out[:, -window:])[:, -1]  # (B, V): the last position
                 else:
-                    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
-                    next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                    if kv.length + step_input.shape[1] > window:  # full: refill from the last window
+                        kv.reset()
+                        step_input = out[:, -window:]  # (B, max_seq_len)
+                    logits = self(step_input, cache=kv)[:, -1]  # (B, V): the last position
+                next_id = sample_next(logits, temperature, top_k, top_p, generator)  # (B, 1)
                 out = torch.cat([out, next_id], dim=1)  # (B, T + steps so far)
                 step_input = next_id  # with a cache, only the newest token goes in next time
         return out.clone()  # an ordinary tensor again: inference tensors cannot enter autograd
@@ -194,6 +204,14 @@ _HF_NAMES = [  # Hugging Face Llama/Mistral name → DecoderLM name
     (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight", r"blocks.\1.attn.w_\2.weight"),
     (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.ffn.w_\2.weight"),
 ]
+
+
+def _check_generate_args(max_new_tokens, cache, temperature, top_k, top_p) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) must be a non-negative int")
+    if cache not in ("preallocated", "concat"):
+        raise ValueError(f"cache must be 'preallocated' or 'concat', got {cache!r}")
+    check_sampling_args(temperature, top_k, top_p)
 
 
 def _check_positions(positions, T: int) -> torch.Tensor:
