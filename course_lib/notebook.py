@@ -1,11 +1,17 @@
-"""What the first cell of every chapter and exercise notebook calls, and the glue helper.
+"""What the first cell of every chapter and exercise notebook calls, and the helpers chapters use.
 
 The setup cell itself (identical in every notebook, kept so by a test) installs ``course_lib`` when it
-is missing, as on Colab, then calls :func:`setup`.
+is missing, as on Colab, then calls :func:`setup`. :func:`glue` hands a computed number to the book's
+prose; :func:`show_figure` shows a matplotlib figure with its caption and alt text, the same way on the
+site, in Jupyter and in Colab.
 """
 
 from __future__ import annotations
 
+import ast
+import base64
+import html
+import io
 import random
 from typing import Any
 
@@ -41,9 +47,43 @@ def setup(seed: int = 0) -> torch.device:
             "axes.spines.right": False,
         }
     )
+    _quiet_glue_in_ipython()
     device = get_device()
     print(f"course_lib ready on {device} (seed {seed})")
     return device
+
+
+def _is_glue_call(node: ast.expr) -> bool:
+    if isinstance(node, ast.Tuple):
+        return bool(node.elts) and all(_is_glue_call(element) for element in node.elts)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == "glue") or (
+        isinstance(func, ast.Attribute) and func.attr == "glue")
+
+
+class QuietGlue(ast.NodeTransformer):
+    """IPython AST transformer: a cell whose last statement is a bare ``glue(...)`` call (or a tuple of
+    them) does not display the glued value. The value is for the prose; shown under the cell it would be
+    a stray bare number. A ``pass`` appended after the call makes it an ordinary statement."""
+
+    def visit_Module(self, node: ast.Module) -> ast.Module:
+        last = node.body[-1] if node.body else None
+        if isinstance(last, ast.Expr) and _is_glue_call(last.value):
+            node.body.append(ast.copy_location(ast.Pass(), last))
+        return node
+
+
+def _quiet_glue_in_ipython() -> None:
+    """Register :class:`QuietGlue` with the running IPython kernel, once (nothing outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not any(isinstance(t, QuietGlue) for t in shell.ast_transformers):
+        shell.ast_transformers.append(QuietGlue())
 
 
 def glue(name: str, value: Any, display: bool = False) -> Any:
@@ -62,6 +102,50 @@ def glue(name: str, value: Any, display: bool = False) -> Any:
         return value
     _myst_glue(name, value, display=display)
     return value
+
+
+class CaptionedFigure:
+    """A rendered figure with its caption and alt text. Displays as HTML ``<figure>`` (an ``<img>`` with
+    ``alt`` and a ``<figcaption>``), which the book's site, Jupyter and Colab all show the same way."""
+
+    def __init__(self, png: bytes, caption: str, alt: str, width: int):
+        self.png, self.caption, self.alt, self.width = png, caption, alt, width
+
+    def _repr_html_(self) -> str:
+        data = base64.b64encode(self.png).decode("ascii")
+        return (f'<figure class="course-figure" style="margin: 0.5em 0">'
+                f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" '
+                f'width="{self.width}" style="max-width: 100%; height: auto">'
+                f'<figcaption style="font-size: 0.9em">{html.escape(self.caption)}</figcaption></figure>')
+
+    def __repr__(self) -> str:
+        return f"Figure: {self.caption}"
+
+
+def show_figure(fig, caption: str, alt: str, dpi_scale: float = 2.0) -> None:
+    """Show the matplotlib figure ``fig`` with a caption (what the figure shows and what to notice) and
+    alt text (a description for a reader who cannot see it), then close it so it is not shown twice.
+
+    Both must be plain text; use Unicode for math (√d_k, x̂, ≤), not TeX. The image is saved at
+    ``dpi_scale`` times the figure's dpi and shown at its natural size (sharp on high-density screens).
+    Returns nothing, so a cell may end with the call without showing a second copy.
+    """
+    for name, text in (("caption", caption), ("alt", alt)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{name} must be a non-empty string that describes the figure")
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=fig.dpi * dpi_scale, bbox_inches="tight")
+    plt.close(fig)
+    png = buffer.getvalue()
+    pixel_width = int.from_bytes(png[16:20], "big")  # the PNG header's IHDR width
+    figure = CaptionedFigure(png, caption.strip(), alt.strip(), round(pixel_width / dpi_scale))
+    try:
+        from IPython.display import display
+    except ImportError:  # a plain Python script: nothing to show it in
+        return
+    display(figure)
 
 
 def show_source(obj: Any):
