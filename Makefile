@@ -12,11 +12,12 @@ NBGRADER   := cd exercises && ../$(BIN)/nbgrader
 # nbgrader runs helper programs (alembic) from the environment: put the venv first on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install book test exercises grade sync-setup clean help
+.PHONY: install book test readers exercises grade sync-setup clean help
 
 help:
 	@echo "make book       build the site into _build/html"
 	@echo "make test       run the whole test suite (unit, book, site, exercises)"
+	@echo "make readers    after make book: regenerate book/colab/ (the chapters for Colab and Jupyter)"
 	@echo "make exercises  regenerate exercises/release/ from exercises/source/"
 	@echo "make grade      autograde and give feedback for everything in exercises/submitted/"
 	@echo "make sync-setup rewrite the first (setup) cell of every notebook from its one template"
@@ -36,6 +37,11 @@ book: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The reader notebooks (book/colab/): each chapter with its glued values, citations and callouts
+# rendered for Colab and Jupyter, from its source and the values of the last `make book`.
+readers: install
+	$(BIN)/python tests/reader_notebooks.py --write
 
 exercises: install
 	$(NBGRADER) generate_assignment "*" --force --no-db

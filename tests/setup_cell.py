@@ -52,11 +52,13 @@ from course_lib.notebook import setup
 device = setup(seed=0)'''
 
 
-def notebook_paths() -> list[pathlib.Path]:
-    """Every chapter and exercise notebook (source and release) of the course."""
+def notebook_paths(readers: bool = False) -> list[pathlib.Path]:
+    """Every chapter and exercise notebook (source and release) of the course; with ``readers``, also
+    the generated reader notebooks (book/colab/, which copy the setup cell from their chapter)."""
     found = []
     for folder in ("book", "exercises/source", "exercises/release"):
-        found += [p for p in sorted((ROOT / folder).rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+        found += [p for p in sorted((ROOT / folder).rglob("*.ipynb"))
+                  if ".ipynb_checkpoints" not in p.parts and (readers or "colab" not in p.parts)]
     return found
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from setup_cell import ROOT, notebook_paths, repo_url, setup_source
 
-NOTEBOOKS = notebook_paths()
+NOTEBOOKS = notebook_paths(readers=True)
 IDS = [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
 
 
