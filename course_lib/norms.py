@@ -28,6 +28,8 @@ __all__ = [
     "rms_norm",
     "rms_norm_jacobian",
     "layer_norm_jacobian",
+    "rms_norm_backward",
+    "merge_moments",
     "LayerNorm",
     "RMSNorm",
 ]
@@ -155,6 +157,57 @@ def layer_norm_jacobian(
     if weight is not None:
         jac = weight.to(x.dtype).unsqueeze(-1) * jac  # row i times γ_i
     return jac
+
+
+def rms_norm_backward(
+    x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward pass of y = x / r · γ, r = sqrt(mean(x²) + ε), given g = ∂L/∂y:
+
+        ∂L/∂x = (γ ⊙ g) / r − x̂ · mean(x̂ ⊙ γ ⊙ g) / r,   x̂ = x / r   (= Jᵀ g)
+        ∂L/∂γ = Σ over all leading positions of g ⊙ x̂
+
+    x and grad_out have shape (..., D), weight (D,). Returns (grad_x, grad_weight) in the dtypes
+    of x and weight; computed in float32 at least, like the forward.
+    """
+    x = _check_x(x)
+    d = x.shape[-1]
+    weight = _check_vector(weight, "weight", d)
+    if not isinstance(grad_out, torch.Tensor) or grad_out.shape != x.shape:
+        raise ValueError(f"grad_out must be a tensor of x's shape {tuple(x.shape)}, "
+                         f"got {tuple(getattr(grad_out, 'shape', ()))}")
+    eps = _check_eps(eps)
+    dtype = _compute_dtype(x)
+    x32, g32, w32 = x.to(dtype), grad_out.to(dtype), weight.to(dtype)
+    r = torch.sqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    x_hat = x32 / r  # (..., D)
+    wg = w32 * g32  # (..., D): γ ⊙ g
+    grad_x = (wg - x_hat * (x_hat * wg).mean(-1, keepdim=True)) / r  # (..., D)
+    grad_weight = (g32 * x_hat).reshape(-1, d).sum(0)  # (D,): summed over every position
+    return grad_x.to(x.dtype), grad_weight.to(weight.dtype)
+
+
+def merge_moments(
+    count_a: int, mean_a: torch.Tensor, var_a: torch.Tensor,
+    count_b: int, mean_b: torch.Tensor, var_b: torch.Tensor,
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """The count, mean and (biased) variance of two groups of numbers together, from each group's own
+    (Chan, Golub & LeVeque, 1979) — how a fused LayerNorm kernel combines the statistics of chunks:
+
+        n = n_a + n_b,   δ = μ_b − μ_a,   μ = μ_a + δ · n_b / n,
+        σ² = (n_a σ_a² + n_b σ_b² + δ² · n_a n_b / n) / n
+
+    The last term is the spread of the two means: the variance of the whole is not the average of
+    the variances. Means and variances are tensors of one shape (one statistic per row).
+    """
+    for name, n in (("count_a", count_a), ("count_b", count_b)):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"{name} ({n!r}) must be a positive int")
+    count = count_a + count_b
+    delta = mean_b - mean_a  # (...)
+    mean = mean_a + delta * (count_b / count)  # (...)
+    m2 = count_a * var_a + count_b * var_b + delta.pow(2) * (count_a * count_b / count)  # (...)
+    return count, mean, m2 / count
 
 
 def _check_dim(dim) -> int:

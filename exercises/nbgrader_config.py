@@ -15,9 +15,10 @@ c.CourseDirectory.root = here
 c.CourseDirectory.course_id = "inside-the-transformer-block"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(here, "gradebook.db")
 
-# Per-cell time limit when autograding. A student's infinite loop is interrupted after this many
-# seconds; the following cells still run, so it costs only that task's points.
-c.Execute.timeout = 60
+# Per-cell time limit when autograding. A student's function runs in the checkers' own forked processes
+# with shorter limits (5 s in a visible self-check, 10 s in a hidden test); this bounds everything else,
+# e.g. a loop at the top level of an answer cell, which is interrupted here while later cells still run.
+c.Execute.timeout = 15
 
 # Feedback must not show the hidden tests.
 c.GenerateFeedback.preprocessors = [

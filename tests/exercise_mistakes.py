@@ -1,4 +1,6 @@
-"""Known wrong answers for every graded task, used by tests/test_exercises.py.
+"""(Transitional: assignments move to tests/mistakes/exNN.py as their checkers move to the Task core.)
+
+Known wrong answers for every graded task, used by tests/test_exercises.py.
 
 For each assignment, each answer cell's ``grade_id`` maps to replacement code with one typical
 mistake. Autograding a copy of the source notebook with that one cell replaced must cost exactly the
@@ -91,29 +93,6 @@ def swiglu(x, w_gate, w_up, w_down):
         "gelu-answer": '''\
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-''',
-    },
-    "05_normalization": {
-        # Bessel's correction: torch.var divides by D - 1 by default
-        "layer-norm-answer": '''\
-def layer_norm(x, weight, bias, eps=1e-5):
-    mu = x.mean(dim=-1, keepdim=True)
-    return (x - mu) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * weight + bias
-''',
-        # eps outside the square root
-        "rms-norm-answer": '''\
-def rms_norm(x, weight, eps=1e-6):
-    x32 = x.float()
-    return (x32 / (x32.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps)).type_as(x) * weight
-''',
-        # r computed without eps: only an approximation of the Jacobian
-        "jacobian-answer": '''\
-def rms_norm_jacobian(x, weight, eps=1e-6):
-    d = x.shape[-1]
-    r = x.pow(2).mean(dim=-1, keepdim=True).sqrt()
-    x_hat = x / r
-    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)
-    return weight.unsqueeze(-1) * (torch.eye(d, dtype=x.dtype) - outer / d) / r.unsqueeze(-1)
 ''',
     },
     "06_residual_stream": {

@@ -189,3 +189,51 @@ def test_runs_on_the_course_device():
         assert out.device.type == device.type
         torch.testing.assert_close(out, ref(x))
     assert norms.rms_norm_jacobian(x).device.type == device.type
+
+
+# --- the backward pass and merged statistics (exercise 5's references) ------------------------------
+
+@pytest.mark.parametrize("eps", [0.0, 1e-6, 0.5])
+@pytest.mark.parametrize("shape", [(8,), (3, 5, 16)])
+def test_rms_norm_backward_matches_autograd(shape, eps):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (1 + 0.5 * torch.randn(shape[-1], generator=gen, dtype=torch.float64)).requires_grad_()
+    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    norms.rms_norm(x, w, eps).backward(g)
+    grad_x, grad_w = norms.rms_norm_backward(x.detach(), w.detach(), g, eps)
+    torch.testing.assert_close(grad_x, x.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_w, w.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_rms_norm_backward_is_the_transposed_jacobian_applied_to_g():
+    gen = torch.Generator().manual_seed(8)
+    x, g = torch.randn(2, 6, generator=gen, dtype=torch.float64), torch.randn(2, 6, generator=gen, dtype=torch.float64)
+    w = 1 + torch.rand(6, generator=gen, dtype=torch.float64)
+    jac = norms.rms_norm_jacobian(x, w, 1e-6)  # (2, D, D)
+    grad_x, _ = norms.rms_norm_backward(x, w, g, 1e-6)
+    torch.testing.assert_close(grad_x, torch.einsum("bij,bi->bj", jac, g))
+
+
+def test_rms_norm_backward_rejects_a_mismatched_grad():
+    with pytest.raises(ValueError, match="grad_out must be a tensor of x's shape"):
+        norms.rms_norm_backward(torch.ones(2, 4), torch.ones(4), torch.ones(4))
+
+
+@pytest.mark.parametrize("sizes", [(1, 1), (3, 9), (128, 64)])
+def test_merge_moments_equals_the_statistics_of_the_union(sizes):
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(4, sizes[0], generator=gen, dtype=torch.float64)
+    b = 3 + 2 * torch.randn(4, sizes[1], generator=gen, dtype=torch.float64)
+    count, mean, var = norms.merge_moments(sizes[0], a.mean(1), a.var(1, unbiased=False),
+                                           sizes[1], b.mean(1), b.var(1, unbiased=False))
+    union = torch.cat([a, b], dim=1)
+    assert count == sum(sizes)
+    torch.testing.assert_close(mean, union.mean(1))
+    torch.testing.assert_close(var, union.var(1, unbiased=False))
+
+
+def test_merge_moments_rejects_bad_counts():
+    z = torch.zeros(2)
+    with pytest.raises(ValueError, match=r"count_b \(0\) must be a positive int"):
+        norms.merge_moments(3, z, z, 0, z, z)

@@ -20,14 +20,14 @@ from .ffn import check_gelu_tanh, check_swiglu
 from .info_theory import check_cross_entropy_from_logits, check_entropy, check_kl_divergence
 from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
 from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
-from .norms import check_layer_norm, check_rms_norm, check_rms_norm_jacobian
+from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
 from .residual import check_pre_norm_residual, check_residual_scaled_init
 
 __all__ = ["GradingError", "self_check", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence",
            "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
            "check_swiglu", "check_gelu_tanh",
-           "check_layer_norm", "check_rms_norm", "check_rms_norm_jacobian",
+           "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
            "check_sinusoidal_encoding", "check_apply_rope", "check_alibi_bias",
            "check_pre_norm_block", "check_post_norm_block", "check_residual_updates",
            "check_count_params", "check_crossover_length",

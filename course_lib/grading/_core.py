@@ -36,12 +36,19 @@ import torch
 from ._isolate import run_isolated
 from ._watch import Forbid, watching
 
-__all__ = ["Case", "Mistake", "Task", "GradingError", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
+__all__ = ["Case", "Mistake", "Task", "GradingError", "NotDoneYet", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
            "describe", "self_check_timed_out"]
 
 
 class GradingError(AssertionError):
     """Raised by a checker: the message is what the student reads."""
+
+
+class NotDoneYet(GradingError):
+    """Raised by a checker when the student's function still raises NotImplementedError."""
+
+
+_NOT_DONE = "is not implemented yet: replace `raise NotImplementedError()` with your code."
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,9 @@ class Task:
     compare with ``reference(*args, **kwargs)`` (for tasks whose answer is a side effect, such as
     initialising a module). ``mutates`` names the arguments the task is meant to change in place.
     ``rtol``/``atol`` default to what the reference output's dtype can resolve. ``hint`` ends the
-    message for a wrong answer that matches no catalogued mistake.
+    message for a wrong answer that matches no catalogued mistake. ``explain(got, want, case)`` may
+    name a mistake that is easier to recognise by inspection than by a mistake model (it returns a
+    message or None).
     """
 
     name: str
@@ -181,6 +190,7 @@ class Task:
     atol: float | None = None
     seconds: float = 10.0
     hint: str = "Re-derive the formula on a small example by hand and compare with your code line by line."
+    explain: Callable | None = None
 
     def check(self, student) -> None:
         """Grade ``student``; raise :class:`GradingError` with a message for the student if it fails."""
@@ -190,7 +200,12 @@ class Task:
         if self.name in _SELF_CHECK_TIMEOUTS:
             raise GradingError(f"{subject} did not finish within its time limit in the self-check above (an "
                                f"infinite loop?), so it was not graded further.")
+        if not _intact():
+            raise GradingError(f"{subject} was not graded: the grader's own code was changed by the notebook "
+                               f"(a solution must not modify course_lib.grading).")
         message = run_isolated(lambda: _grade(self, student), seconds=self.seconds, subject=subject)
+        if message and message.endswith(_NOT_DONE):
+            raise NotDoneYet(message)
         if message:
             raise GradingError(message)
 
@@ -213,6 +228,17 @@ _SELF_CHECK_TIMEOUTS: set[str] = set()
 
 def self_check_timed_out(name: str) -> None:
     _SELF_CHECK_TIMEOUTS.add(name)
+
+
+def _intact() -> bool:
+    """Whether the functions grading depends on are still the ones this module was loaded with (a
+    notebook can reassign module attributes; this catches the plain ways of doing so)."""
+    from . import _isolate, _watch
+
+    current = (globals().get("run_isolated"), globals().get("_grade"), globals().get("_grade_case"),
+               globals().get("_compare"), globals().get("watching"), Task.check, _isolate.run_isolated,
+               _isolate._forked, _watch.watching, _watch.Watch.__exit__)
+    return current == _ORIGINALS
 
 
 def _grade(task: Task, student) -> str | None:
@@ -250,7 +276,7 @@ def _grade_case(task: Task, student, case: Case, names: list[str]) -> str | None
         try:
             got = task.run(student, *args, **kwargs) if task.run else student(*args, **kwargs)
         except NotImplementedError:
-            return f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+            return f"{name} {_NOT_DONE}"
         except GradingError as err:  # raised by the task's own `run` wrapper
             return str(err)
         except MemoryError:
@@ -258,7 +284,11 @@ def _grade_case(task: Task, student, case: Case, names: list[str]) -> str | None
         except Exception as err:  # the student's own error: say where, not what the answer is
             if "can't allocate memory" in str(err) or "out of memory" in str(err):
                 return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
-            return f"{name} raised {type(err).__name__} for {case.label}: {_short(err)}"
+            hint = ""
+            if "must match the size of tensor" in str(err) or "cannot be broadcast" in str(err):
+                hint = (" — the shapes do not broadcast: did a reduction drop its dimension (keepdim=True), or "
+                        "is an unsqueeze or a transpose missing?")
+            return f"{name} raised {type(err).__name__} for {case.label}: {_short(err)}{hint}"
     if watch.offence is not None and watch.escape:
         return (f"{name} uses {watch.offence} (for {case.label}). The grader must see every operation your "
                 f"function runs, so this is not allowed: compute the result directly, in this thread.")
@@ -338,6 +368,10 @@ def _compare(task: Task, got, want, case: Case, args, kwargs) -> str | None:
     rtol, atol = _tolerances(want_v, task.rtol, task.atol)
     if _close(got_v, want_v, rtol, atol):
         return None
+    if task.explain is not None:
+        explained = task.explain(got, want, case)
+        if explained:
+            return f"{name} is wrong for {case.label}. Likely mistake: {explained}"
     for mistake in task.mistakes:
         try:
             margs, mkwargs = copy.deepcopy((args, kwargs))
@@ -404,3 +438,10 @@ def check_function(student, reference, cases, *, task, mistakes=(), forbidden=()
     cases = list(cases)
     Task(name=task, reference=reference, cases=lambda gen: cases, seed=0, mistakes=tuple(mistakes),
          forbid=Forbid(functions=functions), rtol=rtol, atol=atol).check(student)
+
+
+_ORIGINALS = (run_isolated, _grade, _grade_case, _compare, watching, Task.check,
+              __import__("course_lib.grading._isolate", fromlist=["x"]).run_isolated,
+              __import__("course_lib.grading._isolate", fromlist=["x"])._forked,
+              __import__("course_lib.grading._watch", fromlist=["x"]).watching,
+              __import__("course_lib.grading._watch", fromlist=["x"]).Watch.__exit__)

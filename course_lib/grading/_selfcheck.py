@@ -14,11 +14,9 @@ process with a short time limit (a crash or an infinite loop there costs nothing
 
 from __future__ import annotations
 
-import sys
-import traceback
 from collections.abc import Callable
 
-from ._core import autograding, self_check_timed_out
+from ._core import NotDoneYet, autograding, self_check_timed_out
 from ._isolate import run_isolated
 
 __all__ = ["self_check"]
@@ -51,19 +49,17 @@ def self_check(*functions: Callable) -> Callable[[Callable[[], None]], Callable[
 def _verdict(body: Callable[[], None], names: str) -> str | None:
     try:
         body()
-    except NotImplementedError:
+    except (NotImplementedError, NotDoneYet):
         return (f"○ {names}: not done yet. Replace `raise NotImplementedError()` with your code, run that cell, "
                 f"then run this one again.")
     except AssertionError as err:
         return f"✗ {names}: {err}" if str(err) else f"✗ {names}: a self-check failed."
+    except MemoryError:
+        return f"✗ {names} ran out of memory."
     except Exception as err:
-        return f"✗ {names} raised {type(err).__name__}: {err}\n{_student_lines(err)}"
+        from ._display import student_frames, without_paths
+
+        if "can't allocate memory" in str(err):
+            return f"✗ {names} ran out of memory (it tried to allocate far more than these inputs need)."
+        return f"✗ {names} raised {type(err).__name__}: {without_paths(str(err))}\n{student_frames(err.__traceback__)}"
     return None
-
-
-def _student_lines(err: Exception) -> str:
-    """The traceback lines that are in the notebook (the student's code), not in libraries."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if "site-packages" not in f.filename and "course_lib" not in f.filename
-              and not f.filename.startswith(sys.prefix)]
-    return "".join(traceback.format_list(frames[-3:])).rstrip()

@@ -75,8 +75,11 @@ _ESCAPES: dict[object, str] = {
     sys.settrace: "sys.settrace",
     torch._C._pop_torch_function_stack: "torch's function-mode stack (popping the grader's watcher)",
     torch._C._pop_torch_dispatch_stack: "torch's dispatch-mode stack (popping the grader's watcher)",
-    torch._C._set_torch_function_state: "torch's function-mode state",
 }
+# Popping a mode is also what torch's own Python-level handling of a torch call does, on the way to the
+# mode's handler: such a pop is legitimate when it happens inside torch.overrides.handle_torch_function.
+_MODE_POPS = {id(torch._C._pop_torch_function_stack), id(torch._C._pop_torch_dispatch_stack)}
+_TORCH_HANDLER_CODE = torch.overrides.handle_torch_function.__code__
 for _name in ("forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "kill", "killpg", "abort"):
     if hasattr(os, _name):
         _ESCAPES[getattr(os, _name)] = f"os.{_name}"
@@ -264,6 +267,8 @@ class Watch:
             name = self._builtins.get(id(arg))
             if name is None:
                 return
+            if id(arg) in _MODE_POPS and _inside_torch_handling(frame):
+                return
             if id(arg) in self._escape_ids:
                 self._record_escape(name)
             else:
@@ -306,6 +311,15 @@ class Watch:
             yield
         finally:
             self._paused -= 1
+
+
+def _inside_torch_handling(frame, depth: int = 12) -> bool:
+    """Whether ``frame`` runs inside torch.overrides.handle_torch_function (torch's own mode handling)."""
+    while frame is not None and depth:
+        if frame.f_code is _TORCH_HANDLER_CODE:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 def _remove_mode(mode, length, at) -> None:

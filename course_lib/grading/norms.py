@@ -1,38 +1,21 @@
-"""Checkers for exercise 05 (normalization): LayerNorm, RMSNorm and the RMSNorm Jacobian."""
+"""Checkers for exercise 05 (normalization).
+
+1. ``layer_norm`` — implement LayerNorm from its formula.
+2. ``rms_norm_backward`` — derive RMSNorm's backward pass (∂L/∂x and ∂L/∂γ) and check it.
+3. ``merge_moments`` — find and fix the bug in a given merge of two groups' statistics.
+4. ``predictions`` — predict four numbers before computing them (a function returning a dict).
+"""
 
 from __future__ import annotations
 
+import numbers
+
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from .. import norms as ref
-from ._core import Case, Forbidden, Mistake, check_function, describe
+from ._core import Case, Forbid, Mistake, NumberOutput, Task, TensorOutput, TupleOutput, describe
 
-__all__ = ["check_layer_norm", "check_rms_norm", "check_rms_norm_jacobian"]
-
-# float32 students must pass on float64 inputs too; the mistakes below differ by far more.
-_RTOL, _ATOL = 1e-4, 1e-5
-
-_REFERENCES = [
-    Forbidden(ref.layer_norm, "course_lib.norms.layer_norm"),
-    Forbidden(ref.rms_norm, "course_lib.norms.rms_norm"),
-    Forbidden(ref.rms_norm_jacobian, "course_lib.norms.rms_norm_jacobian"),
-    Forbidden(ref.layer_norm_jacobian, "course_lib.norms.layer_norm_jacobian"),
-    Forbidden(ref.LayerNorm.forward, "course_lib.norms.LayerNorm"),
-    Forbidden(ref.RMSNorm.forward, "course_lib.norms.RMSNorm"),
-]
-
-
-def _check(student, reference, cases, **kwargs) -> None:
-    """check_function, with the course's tolerances for float32/float64 cases and the dtype's own
-    (looser) ones for float16/bfloat16 cases, whose results are rounded to a few digits."""
-    half = (torch.float16, torch.bfloat16)
-    full_cases = [c for c in cases if c.args[0].dtype not in half]
-    half_cases = [c for c in cases if c.args[0].dtype in half]
-    check_function(student, reference, full_cases, rtol=_RTOL, atol=_ATOL, **kwargs)
-    if half_cases:
-        check_function(student, reference, half_cases, **kwargs)
+__all__ = ["check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions"]
 
 
 def _randn(gen, shape, dtype=torch.float64, scale=1.0, shift=0.0):
@@ -43,206 +26,316 @@ def _gain(gen, d, dtype=torch.float64):
     return (1.0 + 0.5 * torch.randn(d, generator=gen, dtype=torch.float64)).to(dtype)
 
 
-# --- LayerNorm ----------------------------------------------------------------------------------
+# --- Task 1: LayerNorm ---------------------------------------------------------------------------------
 
-def _ln(x, weight, bias, eps, *, unbiased=False, eps_mode="inside", centre=True, dim=-1):
+def _ln(x, weight, bias, eps=1e-5, *, unbiased=False, eps_mode="inside", centre=True, dim=-1):
+    """LayerNorm with one knob turned: what a solution with that mistake computes."""
     mu = x.mean(dim, keepdim=True) if centre else torch.zeros_like(x)
     var = x.var(dim, keepdim=True, unbiased=unbiased) if centre else x.pow(2).mean(dim, keepdim=True)
-    if eps_mode == "inside":
-        denom = torch.sqrt(var + eps)
-    elif eps_mode == "outside":
-        denom = torch.sqrt(var) + eps
-    else:
-        denom = torch.sqrt(var)
+    denom = {"inside": lambda: torch.sqrt(var + eps), "outside": lambda: torch.sqrt(var) + eps,
+             "none": lambda: torch.sqrt(var), "no-root": lambda: var + eps}[eps_mode]()
     return (x - mu) / denom * weight + bias
 
 
-def check_layer_norm(layer_norm) -> None:
-    """Check ``layer_norm(x, weight, bias, eps=1e-5)`` = (x − μ)/sqrt(σ² + ε) · weight + bias over
-    the last dimension, σ² the biased variance."""
-    gen = torch.Generator().manual_seed(501)
-    x_hand = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+def _layer_norm_cases(gen) -> list[Case]:
+    f64, f32 = torch.float64, torch.float32
+    x_hand = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=f64)
     cases = [Case("the vector (1, 2, 3, 4) with weight 1 and bias 0 (float64)",
-                  (x_hand, torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)), {"eps": 1e-5})]
+                  (x_hand, torch.ones(4, dtype=f64), torch.zeros(4, dtype=f64)), {"eps": 1e-5})]
     for shape, dtype, scale, shift, eps, note in [
-        ((4, 16), torch.float64, 2.0, 1.0, 1e-5, ""),
-        ((2, 5, 32), torch.float32, 3.0, 0.0, 1e-5, ""),
-        ((3, 24), torch.float64, 5.0, 100.0, 1e-5, " with a large mean"),
-        ((6, 3), torch.float64, 1.0, 0.5, 1e-5, ""),
-        ((4, 8), torch.float64, 1e-3, 0.0, 1e-5, " with variance smaller than eps"),
-        ((5, 6), torch.float64, 1.0, 0.0, 0.1, ", eps = 0.1"),
-        ((1, 12), torch.float64, 1.0, 0.0, 1e-5, " (a batch of one)"),
+        ((4, 16), f64, 2.0, 1.0, 1e-5, ""),
+        ((2, 5, 32), f32, 3.0, 0.0, 1e-5, ""),
+        ((3, 24), f64, 5.0, 100.0, 1e-5, " with a large mean"),
+        ((6, 3), f64, 1.0, 0.5, 1e-5, ""),
+        ((4, 8), f64, 1e-3, 0.0, 1e-5, " with a variance smaller than eps"),
+        ((5, 6), f64, 1.0, 0.0, 0.1, ", eps = 0.1"),
+        ((1, 12), f32, 1.0, 0.0, 1e-5, " (a batch of one)"),
     ]:
         x = _randn(gen, shape, dtype, scale, shift)
         weight, bias = _gain(gen, shape[-1], dtype), _randn(gen, shape[-1], dtype, 0.5)
         cases.append(Case(f"x: {describe(x)}{note}, random weight and bias", (x, weight, bias), {"eps": eps}))
+    return cases
 
-    def swapped(x, weight, bias, eps=1e-5):
-        return _ln(x, bias, weight, eps)
 
-    mistakes = [
-        Mistake("the variance has Bessel's correction (divides by D − 1), which torch.var and torch.std use "
-                "by default. LayerNorm divides by D: pass unbiased=False (or correction=0), or use .mean().",
+LAYER_NORM = Task(
+    name="layer_norm", reference=ref.layer_norm, cases=_layer_norm_cases, seed=501, rtol=1e-4, atol=1e-5,
+    mistakes=[
+        Mistake("the variance has Bessel's correction (divides by D − 1), which torch.var and torch.std use by "
+                "default. LayerNorm divides by D: pass unbiased=False (or correction=0), or use .mean().",
                 lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, unbiased=True)),
-        Mistake("ε is outside the square root. It goes inside: (x − μ) / sqrt(σ² + ε), as in PyTorch; "
-                "the difference shows when the variance is small.",
+        Mistake("ε is outside the square root. It goes inside: (x − μ) / sqrt(σ² + ε), as in PyTorch; the "
+                "difference shows when the variance is small.",
                 lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, eps_mode="outside")),
         Mistake("ε is missing: divide by sqrt(σ² + ε). It matters when the variance is small.",
                 lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, eps_mode="none")),
+        Mistake("the square root is missing: divide by the standard deviation sqrt(σ² + ε), not by the "
+                "variance.", lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, eps_mode="no-root")),
         Mistake("the statistics are taken over the first (batch) dimension — that is BatchNorm. LayerNorm "
-                "normalises each position over its features, the last dimension.",
+                "normalizes each position over its features, the last dimension.",
                 lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, dim=0)),
         Mistake("the mean is not subtracted (that is RMSNorm). LayerNorm centres first: x − mean(x).",
                 lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, centre=False)),
-        Mistake("weight and bias are swapped: scale by weight (γ), then add bias (β).", swapped),
+        Mistake("weight and bias are swapped: scale by weight (γ), then add bias (β).",
+                lambda x, w, b, eps=1e-5: _ln(x, b, w, eps)),
         Mistake("the bias β is not added.", lambda x, w, b, eps=1e-5: _ln(x, w, torch.zeros_like(b), eps)),
         Mistake("the weight γ is not applied.", lambda x, w, b, eps=1e-5: _ln(x, torch.ones_like(w), b, eps)),
-    ]
-    forbidden = _REFERENCES + [
-        Forbidden(F.layer_norm, "torch.nn.functional.layer_norm"),
-        Forbidden(torch.layer_norm, "torch.layer_norm"),
-        Forbidden(torch.native_layer_norm, "torch.native_layer_norm"),
-        Forbidden(nn.LayerNorm.forward, "torch.nn.LayerNorm"),
-        Forbidden(F.group_norm, "torch.nn.functional.group_norm"),
-        Forbidden(F.instance_norm, "torch.nn.functional.instance_norm"),
-        Forbidden(F.batch_norm, "torch.nn.functional.batch_norm"),
-    ]
-    _check(layer_norm, ref.layer_norm, cases, task="layer_norm", mistakes=mistakes, forbidden=forbidden)
+        Mistake("the bias is added before scaling: (x̂ + β) · γ. Scale first, then shift: x̂ · γ + β.",
+                lambda x, w, b, eps=1e-5: (_ln(x, torch.ones_like(w), torch.zeros_like(b), eps) + b) * w),
+    ],
+    forbid=Forbid(operations=("layer_norm", "rms_norm"), modules=(ref,)),
+)
+
+check_layer_norm = LAYER_NORM.checker(
+    """Check ``layer_norm(x, weight, bias, eps=1e-5)`` = (x − μ)/sqrt(σ² + ε) · weight + bias over the last
+    dimension, σ² the biased variance, in the input's dtype.""")
 
 
-# --- RMSNorm ------------------------------------------------------------------------------------
+# --- Task 2: the RMSNorm backward pass -------------------------------------------------------------------
 
-def _rms(x, weight, eps, *, eps_mode="inside", reduce="mean", dim=-1, sqrt=True, upcast=True):
-    xc = x.to(torch.promote_types(x.dtype, torch.float32)) if upcast else x
-    if reduce == "mean":
-        ms = xc.pow(2).mean(dim, keepdim=True)
-    elif reduce == "sum":
-        ms = xc.pow(2).sum(dim, keepdim=True)
-    elif reduce == "all":
-        ms = xc.pow(2).mean()
-    else:  # "std": the standard deviation, as if this were LayerNorm without centring
-        ms = xc.var(dim, keepdim=True)
-    if not sqrt:
-        denom = ms + eps
-    elif eps_mode == "inside":
-        denom = torch.sqrt(ms + eps)
-    elif eps_mode == "outside":
-        denom = torch.sqrt(ms) + eps
+def _backward(x, w, g, eps=1e-6, *, transpose=False, eps_in_r=True, projection=True, over_d=True,
+              sum_weight=True, weight_uses_x_hat=True, sign=1.0):
+    """The backward pass with one knob turned: what a solution with that mistake computes."""
+    r = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + (eps if eps_in_r else 0.0))
+    x_hat = x / r
+    if transpose:  # J g instead of Jᵀ g: γ applied after the projection
+        inner = g - (x_hat * (x_hat * g).mean(-1, keepdim=True) if projection else 0.0)
+        grad_x = w * inner / r
     else:
-        denom = torch.sqrt(ms)
-    return (xc / denom).to(x.dtype) * weight
+        wg = w * g
+        dot = (x_hat * wg).mean(-1, keepdim=True) if over_d else (x_hat * wg).sum(-1, keepdim=True)
+        grad_x = (wg - sign * (x_hat * dot if projection else 0.0)) / r
+    contrib = g * (x_hat if weight_uses_x_hat else x)
+    grad_w = contrib.reshape(-1, x.shape[-1]).sum(0) if sum_weight else contrib.reshape(-1, x.shape[-1])[-1]
+    return grad_x, grad_w
 
 
-def check_rms_norm(rms_norm) -> None:
-    """Check ``rms_norm(x, weight, eps=1e-6)`` = x / sqrt(mean(x²) + ε) · weight over the last
-    dimension, computed in float32 for half-precision inputs."""
-    gen = torch.Generator().manual_seed(502)
-    x_hand = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
-    cases = [Case("the rows (1, 2) and (3, 4) with weight 1 (float64)", (x_hand, torch.ones(2, dtype=torch.float64)),
-                  {"eps": 1e-6})]
-    for shape, dtype, scale, shift, eps, note in [
-        ((4, 16), torch.float64, 2.0, 0.0, 1e-6, ""),
-        ((2, 5, 32), torch.float32, 3.0, 0.0, 1e-6, ""),
-        ((3, 24), torch.float64, 1.0, 4.0, 1e-6, " with a non-zero mean"),
-        ((6, 3), torch.float64, 1.0, 0.0, 1e-6, ""),
-        ((4, 8), torch.float64, 1e-3, 0.0, 1e-6, " with mean(x²) comparable to eps"),
-        ((5, 6), torch.float64, 1.0, 0.0, 0.1, ", eps = 0.1"),
-        ((3, 64), torch.float16, 300.0, 0.0, 1e-6, " whose entries reach the hundreds"),
-        ((2, 4, 16), torch.bfloat16, 2.0, 0.0, 1e-6, ""),
-    ]:
-        x = _randn(gen, shape, dtype, scale, shift)
-        cases.append(Case(f"x: {describe(x)}{note}, random weight", (x, _gain(gen, shape[-1], dtype)), {"eps": eps}))
-
-    mistakes = [  # the upcast mistake first: in float16 several mistakes give the same zeros
-        Mistake("half-precision input is not upcast: x² overflows float16 once |x| > 256 (and loses precision "
-                "in bfloat16). Compute in float32 — x.float() — and cast the result back with .type_as(x).",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, upcast=False)),
-        Mistake("ε is outside the square root. It goes inside: x / sqrt(mean(x²) + ε), as in PyTorch and "
-                "Llama; the difference shows when mean(x²) is small.",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, eps_mode="outside")),
-        Mistake("ε is missing: divide by sqrt(mean(x²) + ε). It matters when mean(x²) is small.",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, eps_mode="none")),
-        Mistake("the mean is subtracted (that is LayerNorm). RMSNorm divides x itself by its root mean square.",
-                lambda x, w, eps=1e-6: ref.layer_norm(x, w, None, eps)),
-        Mistake("you divided by the standard deviation; RMSNorm divides by sqrt(mean(x²) + ε).",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, reduce="std")),
-        Mistake("the squares are summed; the root MEAN square divides the sum by D (use .mean).",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, reduce="sum")),
-        Mistake("the square root is missing: divide by sqrt(mean(x²) + ε), not by mean(x²) + ε.",
-                lambda x, w, eps=1e-6: _rms(x, w, eps, sqrt=False)),
-        Mistake("the mean is taken over the wrong dimension: each position is normalised over its features, "
-                "the last dimension (dim=-1, keepdim=True).", lambda x, w, eps=1e-6: _rms(x, w, eps, dim=0)),
-        Mistake("the mean is taken over the whole tensor: each position is normalised on its own, over the "
-                "last dimension (dim=-1, keepdim=True).", lambda x, w, eps=1e-6: _rms(x, w, eps, reduce="all")),
-        Mistake("the weight γ is not applied.", lambda x, w, eps=1e-6: _rms(x, torch.ones_like(w), eps)),
-    ]
-    forbidden = _REFERENCES + [
-        Forbidden(F.rms_norm, "torch.nn.functional.rms_norm"),
-        Forbidden(torch.rms_norm, "torch.rms_norm"),
-        Forbidden(nn.RMSNorm.forward, "torch.nn.RMSNorm"),
-    ]
-    _check(rms_norm, ref.rms_norm, cases, task="rms_norm", mistakes=mistakes, forbidden=forbidden)
-
-
-# --- the RMSNorm Jacobian -----------------------------------------------------------------------
-
-def _jac(x, weight, eps, *, r_eps=True, eps_outside=False, side="rows", over_d=True, normalised=True,
-         identity=True):
-    d = x.shape[-1]
-    ms = x.pow(2).mean(-1, keepdim=True)
-    r = torch.sqrt(ms) + eps if eps_outside else torch.sqrt(ms + eps if r_eps else ms)
-    v = x / r if normalised else x
-    outer = v.unsqueeze(-1) * v.unsqueeze(-2)
-    eye = torch.eye(d, dtype=x.dtype) if identity else torch.zeros(d, d, dtype=x.dtype)
-    core = (eye - (outer / d if over_d else outer)) / r.unsqueeze(-1)
-    if weight is None or side == "none":
-        return core
-    return weight.unsqueeze(-1) * core if side == "rows" else core * weight
-
-
-def check_rms_norm_jacobian(rms_norm_jacobian) -> None:
-    """Check ``rms_norm_jacobian(x, weight, eps=1e-6)``: J[..., i, j] = ∂y_i/∂x_j of
-    y = x / sqrt(mean(x²) + ε) · weight, shape (..., D, D)."""
-    gen = torch.Generator().manual_seed(503)
-    cases = [Case("the vector (1, 2, 4) with weight 1 (float64)",
-                  (torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64), torch.ones(3, dtype=torch.float64)),
-                  {"eps": 1e-6})]
+def _backward_cases(gen) -> list[Case]:
+    f64, f32 = torch.float64, torch.float32
+    cases = [Case("x = (3, 4) with weight (1, 1), grad_out (1, 0) and eps = 0 (float64)",
+                  (torch.tensor([3.0, 4.0], dtype=f64), torch.ones(2, dtype=f64), torch.tensor([1.0, 0.0], dtype=f64)),
+                  {"eps": 0.0})]
     for shape, dtype, scale, eps, note in [
-        ((8,), torch.float64, 1.0, 1e-6, ""),
-        ((2, 3, 6), torch.float64, 2.0, 1e-6, ""),
-        ((5,), torch.float64, 1e-3, 1e-6, " with mean(x²) comparable to eps"),
-        ((4, 7), torch.float64, 1.0, 0.5, ", eps = 0.5"),
-        ((6,), torch.float64, 1.0, 0.0, ", eps = 0"),
-        ((3, 5), torch.float32, 1.5, 1e-6, ""),
+        ((8,), f64, 1.0, 1e-6, ""),
+        ((4, 6), f64, 2.0, 1e-6, ""),
+        ((2, 3, 16), f64, 1.0, 1e-5, ""),
+        ((5, 8), f64, 1e-3, 1e-6, " with mean(x²) comparable to eps"),
+        ((3, 7), f64, 1.0, 0.5, ", eps = 0.5"),
+        ((2, 4, 12), f32, 1.5, 1e-6, ""),
     ]:
         x = _randn(gen, shape, dtype, scale)
-        cases.append(Case(f"x: {describe(x)}{note}, random weight", (x, _gain(gen, shape[-1], dtype)), {"eps": eps}))
+        w, g = _gain(gen, shape[-1], dtype), _randn(gen, shape, dtype)
+        cases.append(Case(f"x: {describe(x)}{note}, random weight and grad_out of x's shape", (x, w, g),
+                          {"eps": eps}))
+    return cases
 
-    mistakes = [
-        Mistake("r must include ε: r = sqrt(mean(x²) + ε) and x̂ = x / r. Without ε the formula is only an "
-                "approximation, visibly wrong when mean(x²) is small.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, r_eps=False)),
-        Mistake("ε is outside the square root: r = sqrt(mean(x²) + ε).",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, eps_outside=True)),
-        Mistake("the weight scales the columns. y_i = γ_i · x̂_i, so γ_i multiplies ROW i of the Jacobian "
-                "(J[i, j] = ∂y_i/∂x_j): weight[:, None] * J.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, side="columns")),
-        Mistake("the weight γ is missing: J = diag(γ) (I − x̂ x̂ᵀ / D) / r.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, side="none")),
-        Mistake("the outer product must be divided by D: I − x̂ x̂ᵀ / D.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, over_d=False)),
-        Mistake("the outer product uses x; it uses the normalised x̂ = x / r.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, normalised=False)),
-        Mistake("the identity term is missing: J = diag(γ) (I − x̂ x̂ᵀ / D) / r.",
-                lambda x, w, eps=1e-6: _jac(x, w, eps, identity=False)),
-    ]
-    forbidden = _REFERENCES + [
-        Forbidden(torch.autograd.functional.jacobian, "torch.autograd.functional.jacobian"),
-        Forbidden(torch.func.jacrev, "torch.func.jacrev"),
-        Forbidden(torch.func.jacfwd, "torch.func.jacfwd"),
-        Forbidden(torch.func.vjp, "torch.func.vjp"),
-        Forbidden(torch.autograd.grad, "torch.autograd.grad"),
-        Forbidden(torch.Tensor.backward, "Tensor.backward"),
-    ]
-    _check(rms_norm_jacobian, ref.rms_norm_jacobian, cases, task="rms_norm_jacobian", mistakes=mistakes,
-           forbidden=forbidden)
+
+def _backward_explain(got, want, case) -> str | None:
+    grad_x, grad_w = got
+    want_x, want_w = want
+    if grad_w.shape != want_w.shape:
+        return ("grad_weight must have the weight's shape (D,): γ is shared by every position, so its gradient "
+                "sums the contributions of all of them (every leading dimension).")
+    return None
+
+
+RMS_NORM_BACKWARD = Task(
+    name="rms_norm_backward", reference=ref.rms_norm_backward, cases=_backward_cases, seed=502,
+    rtol=1e-4, atol=1e-6,
+    output=TupleOutput([TensorOutput("the dtype of x"), TensorOutput("the dtype of weight")],
+                       ["grad_x", "grad_weight"]),
+    explain=_backward_explain,
+    mistakes=[
+        Mistake("grad_x is J g instead of Jᵀ g. The backward pass multiplies by the TRANSPOSED Jacobian: γ_i "
+                "scales row i of J, so in Jᵀ g it multiplies g before the projection: start from γ ⊙ g.",
+                lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, transpose=True)),
+        Mistake("r must include ε: r = sqrt(mean(x²) + ε). Without it the gradient is only approximate, and "
+                "visibly wrong when mean(x²) is small.",
+                lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, eps_in_r=False)),
+        Mistake("grad_x has only the direct term γ ⊙ g / r. But r depends on x too: grad_x needs a second "
+                "term, the gradient that flows through r (use ∂r/∂x_j = x_j / (D r)).",
+                lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, projection=False)),
+        Mistake("the term through r must average over the D features (mean, i.e. divide the sum by D): "
+                "∂r/∂x_j = x_j / (D r).", lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, over_d=False)),
+        Mistake("the term through r has the wrong sign: increasing x_j increases r, which shrinks every "
+                "output, so it is subtracted.", lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, sign=-1.0)),
+        Mistake("grad_weight uses x; the weight multiplies the normalized x̂ = x / r, so ∂L/∂γ sums g ⊙ x̂.",
+                lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, weight_uses_x_hat=False)),
+        Mistake("grad_weight must sum the contributions of every position (all leading dimensions), not take "
+                "one of them.", lambda x, w, g, eps=1e-6: _backward(x, w, g, eps, sum_weight=False)),
+    ],
+    forbid=Forbid(operations=("layer_norm", "rms_norm"), modules=(ref,), autograd=True),
+)
+
+check_rms_norm_backward = RMS_NORM_BACKWARD.checker(
+    """Check ``rms_norm_backward(x, weight, grad_out, eps=1e-6) -> (grad_x, grad_weight)``, the gradients of
+    L through y = x / sqrt(mean(x²) + ε) · weight given grad_out = ∂L/∂y, without autograd.""")
+
+
+# --- Task 3: merging two groups' statistics (find and fix the bug) ----------------------------------------
+
+def _merge(na, ma, va, nb, mb, vb, *, between=True, between_weight="counts", weighted_mean=True,
+           weighted_var=True, bessel=False, swapped=False):
+    """The merge with one knob turned: what a solution with that mistake computes."""
+    n = na + nb
+    delta = mb - ma
+    if swapped:
+        mean = (nb * ma + na * mb) / n
+    else:
+        mean = ma + delta * (nb / n) if weighted_mean else (ma + mb) / 2
+    within = na * va + nb * vb if weighted_var else (va + vb) / 2 * n
+    if not between:
+        extra = 0.0
+    elif between_weight == "counts":
+        extra = delta.pow(2) * (na * nb / n)
+    elif between_weight == "quarter":
+        extra = delta.pow(2) / 4 * n
+    else:  # the difference, not its square
+        extra = delta * (na * nb / n)
+    return n, mean, (within + extra) / (n - 1 if bessel else n)
+
+
+def _merge_cases(gen) -> list[Case]:
+    cases = []
+    for na, nb, rows, shift, dtype, note in [
+        (4, 4, 3, 2.0, torch.float64, "two groups of 4 with different means"),
+        (10, 6, 5, 3.0, torch.float64, "groups of 10 and 6"),
+        (1, 7, 2, 1.0, torch.float64, "a group of one and a group of 7"),
+        (128, 64, 4, 0.5, torch.float32, "groups of 128 and 64 (float32)"),
+        (5, 5, 3, 0.0, torch.float64, "two groups with the same mean"),
+        (3, 9, 6, -4.0, torch.float64, "groups of 3 and 9, the second far below the first"),
+    ]:
+        a = torch.randn(rows, na, generator=gen, dtype=torch.float64)
+        b = shift + 2 * torch.randn(rows, nb, generator=gen, dtype=torch.float64)
+        if note.startswith("two groups with the same mean"):
+            b = b - b.mean(1, keepdim=True) + a.mean(1, keepdim=True)
+        stats = [a.mean(1), a.var(1, unbiased=False), b.mean(1), b.var(1, unbiased=False)]
+        ma, va, mb, vb = (s.to(dtype) for s in stats)
+        cases.append(Case(f"{note}: {rows} rows of statistics, {describe(ma)} each", (na, ma, va, nb, mb, vb)))
+    return cases
+
+
+def _given_bug(na, ma, va, nb, mb, vb):
+    return _merge(na, ma, va, nb, mb, vb, between=False)
+
+
+MERGE_MOMENTS = Task(
+    name="merge_moments", reference=ref.merge_moments, cases=_merge_cases, seed=503, rtol=1e-5, atol=1e-8,
+    output=TupleOutput([NumberOutput("the total count", integer=True), TensorOutput("the dtype of the means"),
+                        TensorOutput("the dtype of the variances")], ["count", "mean", "var"]),
+    mistakes=[
+        Mistake("this is still what the given version returns: the bug is not fixed yet. Compare the merged "
+                "variance with the variance of the two groups put together, on groups whose means differ.",
+                _given_bug),
+        Mistake("the means are averaged as if the groups had the same size: weight each mean by its count.",
+                lambda *a: _merge(*a, weighted_mean=False)),
+        Mistake("the weights of the means are swapped: each group's mean is weighted by its OWN count.",
+                lambda *a: _merge(*a, swapped=True)),
+        Mistake("the variances are averaged as if the groups had the same size: weight each by its count.",
+                lambda *a: _merge(*a, weighted_var=False)),
+        Mistake("the spread between the two means uses the difference δ, not its square δ².",
+                lambda *a: _merge(*a, between_weight="difference")),
+        Mistake("the spread between the means is weighted as if the groups had the same size: the term is "
+                "δ² · n_a · n_b / n (before dividing by n).", lambda *a: _merge(*a, between_weight="quarter")),
+        Mistake("the variance divides by n − 1 (Bessel's correction); these are biased variances, as in "
+                "LayerNorm: divide by n.", lambda *a: _merge(*a, bessel=True)),
+    ],
+    forbid=Forbid(modules=(ref,)),
+    hint="Write the sum of squared deviations of the whole group about the overall mean, and split it over "
+         "the two groups: each group contributes its own spread and the spread of its mean around the overall one.",
+)
+
+check_merge_moments = MERGE_MOMENTS.checker(
+    """Check ``merge_moments(count_a, mean_a, var_a, count_b, mean_b, var_b) -> (count, mean, var)``: the
+    statistics of two groups together, biased variances.""")
+
+
+# --- Task 4: predictions ----------------------------------------------------------------------------------
+
+PREDICTION_KEYS = ("fp16_no_upcast", "fp16_upcast", "layer_norm_of_constant", "gain_ratio")
+
+# Wrong predictions that reveal a specific misunderstanding, key by key.
+_WRONG_PREDICTIONS = {
+    "fp16_no_upcast": [
+        (1.0, "300² = 90,000 does not fit in float16 (its largest value is 65,504): x² overflows to inf, "
+              "so mean(x²) is inf — what is x times rsqrt(inf)?"),
+        (float("nan"), "nothing here is 0/0 or inf − inf: x² is inf, rsqrt(inf) is 0, and 300 × 0 is 0."),
+    ],
+    "fp16_upcast": [
+        (0.0, "with the statistics in float32, 90,000 is an ordinary number: the norm works as intended."),
+        (300.0, "RMSNorm divides each entry by the root mean square of the vector; here all entries are equal."),
+    ],
+    "layer_norm_of_constant": [
+        (1.0, "LayerNorm subtracts the mean first: every entry of a constant vector equals its mean."),
+        (5.0, "LayerNorm subtracts the mean first: every entry of a constant vector equals its mean."),
+        (float("nan"), "ε keeps the division finite: (x − μ) / sqrt(0 + ε) is 0 / sqrt(ε)."),
+    ],
+    "gain_ratio": [
+        (1e6, "that is the largest gain of the outside convention alone (1/ε); the question asks for the "
+              "ratio of the two largest gains, 1/ε against 1/sqrt(ε)."),
+        (1e3 ** 0.5, "the largest gains are 1/ε (outside) and 1/sqrt(ε) (inside): their ratio is 1/sqrt(ε)."),
+        (1e-3, "the ratio is upside down: the outside convention has the LARGER gain near zero."),
+    ],
+}
+
+
+def _true_predictions() -> dict[str, float]:
+    x16 = torch.full((1, 64), 300.0, dtype=torch.float16)
+    no_upcast = x16 * torch.rsqrt(x16.pow(2).mean(-1, keepdim=True) + 1e-6)  # all in float16
+    constant = torch.full((1, 8), 5.0, dtype=torch.float64)
+    eps = 1e-6
+    return {
+        "fp16_no_upcast": float(no_upcast[0, 0]),
+        "fp16_upcast": float(ref.rms_norm(x16, eps=1e-6)[0, 0]),
+        "layer_norm_of_constant": float(ref.layer_norm(constant, eps=1e-5)[0, 0]),
+        "gain_ratio": (1 / eps) / (1 / eps ** 0.5),
+    }
+
+
+def _predictions_reference() -> torch.Tensor:
+    truth = _true_predictions()
+    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
+
+
+def _read_predictions(student) -> torch.Tensor:
+    from ._core import GradingError
+
+    predictions = student()
+    if not isinstance(predictions, dict):
+        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
+                           f"it returns a {type(predictions).__name__}.")
+    missing = [k for k in PREDICTION_KEYS if k not in predictions]
+    if missing:
+        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
+    values = []
+    for key in PREDICTION_KEYS:
+        value = predictions[key]
+        if value is ... or value is None:
+            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
+        values.append(float(value))
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _predictions_explain(got, want, case) -> str | None:
+    for i, key in enumerate(PREDICTION_KEYS):
+        g, w = float(got[i]), float(want[i])
+        if abs(g - w) <= 1e-3 * max(1.0, abs(w)):
+            continue
+        for value, why in _WRONG_PREDICTIONS[key]:
+            if (value != value and g != g) or abs(g - value) <= 1e-3 * max(1.0, abs(value)):
+                return f"`{key}`: {why}"
+        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
+    return None
+
+
+NORM_PREDICTIONS = Task(
+    name="predictions", reference=_predictions_reference, seed=504,
+    cases=lambda gen: [Case("your four predictions", ())],
+    run=_read_predictions, output=TensorOutput(),
+    rtol=1e-3, atol=1e-3, explain=_predictions_explain,
+)
+
+check_norm_predictions = NORM_PREDICTIONS.checker(
+    """Check ``predictions() -> dict``: RMSNorm of 300·1 in float16 without and with float32 statistics,
+    LayerNorm of a constant vector, and the ratio of the largest gains of ε outside vs inside the root.""")
