@@ -16,6 +16,7 @@ One concept per module, each the subject of a chapter::
     model         DecoderLM, next-token probabilities, loading Hugging Face Llama/Mistral (chapter 9)
     kv_cache      the KV cache: concatenating, then preallocated with one length (chapter 10)
     checkpointing what backward keeps, measured and predicted; activation checkpointing (chapter 11)
+    example       the running example: one sentence followed through every chapter, a printable model
 
 ``device.get_device()`` is the one place that picks a device; ``notebook.setup()`` is what the
 first cell of every notebook calls. ``grading`` holds the checkers the exercises' hidden tests call
