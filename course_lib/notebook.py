@@ -148,11 +148,55 @@ def show_figure(fig, caption: str, alt: str, dpi_scale: float = 2.0) -> None:
     display(figure)
 
 
-def show_source(obj: Any):
+def show_source(obj: Any, *, checks: bool = False):
     """Display the source of a course_lib function or class, highlighted, so a page cannot drift from
-    the package it documents."""
-    import inspect
-
+    the package it documents. The math is shown; argument validation is not (``checks=True`` shows
+    everything): statements that only check arguments — ``if …: raise …`` and calls to ``_check…``
+    helpers — are left out, and a comment says so."""
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")
+    return Code(source_lines(obj, checks=checks), language="python")
+
+
+def source_lines(obj: Any, *, checks: bool = False) -> str:
+    """The source :func:`show_source` displays (see there)."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(obj))
+    if checks:
+        return source
+    lines = source.splitlines(keepends=True)
+    dropped: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            for stmt in statements if isinstance(statements, list) else []:
+                if isinstance(stmt, ast.stmt) and _is_argument_check(stmt):
+                    dropped.update(range(stmt.lineno - 1, stmt.end_lineno))
+    if not dropped:
+        return source
+    kept = [line for i, line in enumerate(lines) if i not in dropped]
+    return "".join(kept).rstrip("\n") + "\n# (argument checks omitted: see the source for them)\n"
+
+
+def _is_argument_check(stmt: ast.stmt) -> bool:
+    """``if …: raise …`` (no else); a bare call to a ``_check…`` helper; or ``x = _check…(x, …)``, which
+    only validates ``x`` (an assignment to anything else, such as ``self.eps = _check_eps(eps)``, keeps
+    state and is shown)."""
+    if isinstance(stmt, ast.If) and not stmt.orelse and all(isinstance(s, ast.Raise) for s in stmt.body):
+        return True
+    value = getattr(stmt, "value", None)
+    if not (isinstance(value, ast.Call) and _called_name(value).startswith(("_check", "check_"))):
+        return False
+    if isinstance(stmt, ast.Expr):
+        return True
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        first = value.args[0] if value.args else None
+        return isinstance(first, ast.Name) and first.id == stmt.targets[0].id
+    return False
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
