@@ -64,6 +64,11 @@ def chapters() -> list[pathlib.Path]:
     return [ROOT / f"{f}.ipynb" for f in files]
 
 
+def _rel(path: pathlib.Path) -> str:
+    """The path relative to the repository (as given, for a file elsewhere)."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
 def reader_path(chapter: pathlib.Path) -> pathlib.Path:
     return READERS / chapter.name
 
@@ -92,13 +97,13 @@ def build_values(chapter: pathlib.Path) -> dict[str, dict]:
     Refuses a build older than the source: its code must be the source's, cell for cell."""
     executed = EXECUTED / chapter.relative_to(ROOT)
     if not executed.is_file():
-        raise ReaderError(f"{executed.relative_to(ROOT)} does not exist: run `make book` first")
+        raise ReaderError(f"{_rel(executed)} does not exist: run `make book` first")
     source = json.loads(chapter.read_text())
     built = json.loads(executed.read_text())
     code = [("".join(c["source"])) for c in source["cells"] if c["cell_type"] == "code"]
     built_code = [("".join(c["source"])) for c in built["cells"] if c["cell_type"] == "code"]
     if code != built_code:
-        raise ReaderError(f"the build of {chapter.relative_to(ROOT)} is older than its source: "
+        raise ReaderError(f"the build of {_rel(chapter)} is older than its source: "
                           f"run `make book` first")
     glue = executed.with_suffix(".glue.json")  # myst-nb moves the glued outputs here
     if not glue.is_file():
@@ -134,22 +139,22 @@ class Context:
         self.chapter = chapter
         self.value = value  # (role, name, format spec) -> text
         self.bib = _bibliography()
-        self.labels = _labels()
+        self.labels = _labels([chapter])
         self.equations: dict[str, int] = {}
         self.where = ""
 
     def error(self, message: str) -> ReaderError:
-        return ReaderError(f"{self.chapter.relative_to(ROOT)}, {self.where}: {message}")
+        return ReaderError(f"{_rel(self.chapter)}, {self.where}: {message}")
 
 
-def _labels() -> dict[str, str]:
+def _labels(extra: list[pathlib.Path]) -> dict[str, str]:
     """Every `(label)=` target of the book's chapters and pages -> the text of the heading it marks."""
     found = {}
-    texts = [("".join(c["source"])) for p in chapters() if p.is_file()
+    texts = [("".join(c["source"])) for p in {*chapters(), *extra} if p.is_file()
              for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "markdown"]
     texts += [p.read_text() for p in BOOK.glob("*.md")]
     for text in texts:
-        for label, heading in re.findall(r"^\(([\w.:-]+)\)=\s*\n+#+\s+(.+)$", text, re.M):
+        for label, heading in re.findall(r"^\(([\w.:-]+)\)=\s*\n+(?:%.*\n+)*#+\s+(.+)$", text, re.M):
             found[label] = heading.strip()
     return found
 
@@ -386,13 +391,13 @@ def render_markdown(text: str, ctx: Context) -> str:
 # -------------------------------------------------------------------------------------- notebooks
 
 
-def _markdown_cell(text: str) -> dict:
-    return {"cell_type": "markdown", "metadata": {}, "source": text.splitlines(keepends=True)}
+def _markdown_cell(text: str, cell_id: str) -> dict:
+    return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text.splitlines(keepends=True)}
 
 
-def _code_cell(source: str, metadata: dict) -> dict:
-    return {"cell_type": "code", "execution_count": None, "metadata": metadata, "outputs": [],
-            "source": source.splitlines(keepends=True)}
+def _code_cell(source: str, metadata: dict, cell_id: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": metadata,
+            "outputs": [], "source": source.splitlines(keepends=True)}
 
 
 def note_text(chapter: pathlib.Path) -> str:
@@ -410,11 +415,12 @@ def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]
     for index, cell in enumerate(source["cells"]):
         ctx.where = f"cell {index}"
         tags = _tags(cell)
+        cell_id = cell.get("id") or f"cell-{index}"  # the source's id: links into the notebook stay
         if cell["cell_type"] == "code":
             text = "".join(cell["source"])
             if index == 0:  # the setup cell: kept first, as it is (it installs course_lib on Colab)
-                cells.append(_code_cell(text, {}))
-                cells.append(_markdown_cell(note_text(chapter)))
+                cells.append(_code_cell(text, {}, cell_id))
+                cells.append(_markdown_cell(note_text(chapter), "course-reader-note"))
                 continue
             if "remove-cell" in tags:
                 continue
@@ -426,24 +432,24 @@ def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]
                 metadata["jupyter"] = {"source_hidden": True}
             if "hide-output" in tags:
                 metadata.setdefault("jupyter", {})["outputs_hidden"] = True
-            cells.append(_code_cell(text, metadata))
+            cells.append(_code_cell(text, metadata, cell_id))
         elif cell["cell_type"] == "markdown":
             if "remove-cell" in tags:
                 continue
             rendered = render_markdown("".join(cell["source"]), ctx).strip("\n")
             if rendered.strip():
-                cells.append(_markdown_cell(rendered))
+                cells.append(_markdown_cell(rendered, cell_id))
         else:
             raise ctx.error(f"a {cell['cell_type']} cell: chapters hold only code and markdown cells")
     if not cells or cells[0]["cell_type"] != "code":
-        raise ReaderError(f"{chapter.relative_to(ROOT)}: the first cell must be the setup cell")
+        raise ReaderError(f"{_rel(chapter)}: the first cell must be the setup cell")
     return {
         "cells": cells,
         "metadata": {
             "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
             "language_info": {"name": "python"},
             "colab": {"toc_visible": True},
-            METADATA_KEY: {"source": chapter.relative_to(ROOT).as_posix(),
+            METADATA_KEY: {"source": _rel(chapter),
                            "source_sha256": source_digest(source),
                            "generator_sha256": generator_digest()},
         },
@@ -455,13 +461,13 @@ def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]
 def format_value(role: str, name: str, spec: str, values: dict[str, dict], chapter: pathlib.Path) -> str:
     """A glued value as myst-nb shows it (myst_nb.core.variables.format_plain_text)."""
     if name not in values:
-        raise ReaderError(f"{chapter.relative_to(ROOT)}: nothing is glued under {name!r} in the build")
+        raise ReaderError(f"{_rel(chapter)}: nothing is glued under {name!r} in the build")
     data = values[name]
     if role == "glue:md":
         return data["text/markdown"]
     text = data.get("text/plain")
     if text is None:
-        raise ReaderError(f"{chapter.relative_to(ROOT)}: {name!r} has no text/plain value")
+        raise ReaderError(f"{_rel(chapter)}: {name!r} has no text/plain value")
     if role != "glue:text":
         return text
     try:
@@ -501,26 +507,26 @@ def out_of_sync(chapter: pathlib.Path) -> str | None:
     path = reader_path(chapter)
     fix = "run `make book && make readers` and commit it"
     if not path.is_file():
-        return f"{path.relative_to(ROOT)} is missing: {fix}"
+        return f"{_rel(path)} is missing: {fix}"
     committed = json.loads(path.read_text())
     meta = committed.get("metadata", {}).get(METADATA_KEY, {})
     source = json.loads(chapter.read_text())
     if meta.get("source_sha256") != source_digest(source):
-        return f"{path.relative_to(ROOT)} was generated from an older {chapter.name}: {fix}"
+        return f"{_rel(path)} was generated from an older {chapter.name}: {fix}"
     if meta.get("generator_sha256") != generator_digest():
-        return f"{path.relative_to(ROOT)} was generated by an older tests/reader_notebooks.py: {fix}"
+        return f"{_rel(path)} was generated by an older tests/reader_notebooks.py: {fix}"
     expected = masked_reader(chapter)
     if len(expected["cells"]) != len(committed["cells"]):
-        return f"{path.relative_to(ROOT)} has {len(committed['cells'])} cells, its source gives " \
+        return f"{_rel(path)} has {len(committed['cells'])} cells, its source gives " \
                f"{len(expected['cells'])}: {fix}"
     for k, (want, got) in enumerate(zip(expected["cells"], committed["cells"])):
         want_text, got_text = "".join(want["source"]), "".join(got["source"])
         pattern = "".join(re.escape(part) if n % 2 == 0 else ".+?"
                           for n, part in enumerate(want_text.split("\x00")))
         if want["cell_type"] != got["cell_type"] or re.fullmatch(pattern, got_text, re.S) is None:
-            return f"{path.relative_to(ROOT)}, cell {k}, differs from its source's rendering: {fix}"
+            return f"{_rel(path)}, cell {k}, differs from its source's rendering: {fix}"
         if want["metadata"] != got["metadata"]:
-            return f"{path.relative_to(ROOT)}, cell {k}: metadata differs from its source's: {fix}"
+            return f"{_rel(path)}, cell {k}: metadata differs from its source's: {fix}"
     return None
 
 
@@ -537,7 +543,7 @@ def write_all() -> int:
         path = reader_path(chapter)
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {_rel(path)}")
     return failures
 
 

@@ -1,0 +1,130 @@
+"""Run reader notebooks and released exercises as Colab would open them.
+
+    python tests/colab_run.py OUTDIR NOTEBOOK [NOTEBOOK ...]   # paths relative to the repository
+
+A fresh virtual environment gets only what Colab is sure to have for this course: torch (installed
+first, ``TORCH_SPEC``, default ``torch==2.13.0``: an open requirement would pull a CUDA build), numpy,
+matplotlib and ipykernel. It is registered as the kernel "colab-like" in a private JUPYTER_PATH, and
+every notebook runs in an empty working directory with nbclient. course_lib is *not* installed
+beforehand: the notebook's own setup cell installs it, from ``COURSE_LIB_SOURCE`` (a copy of this
+checkout's package) instead of the repository URL. torch runs on one thread, so that the run shares
+the two cores with the book build that ``make test`` runs at the same time.
+
+Writes OUTDIR/results.json (updated after every notebook): the environment's packages and timings,
+and per notebook its seconds, the executed copy (OUTDIR/executed/...) and the first error, if any.
+The virtual environment is deleted at the end. tests/test_colab.py reads the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+KERNEL = "colab-like"
+CELL_TIMEOUT = 600  # seconds; a chapter's whole budget is one minute (four for the capstone)
+
+
+def _pip(python: pathlib.Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    """The virtual environment, its kernel and a copy of the package; returns (python, facts)."""
+    started = time.perf_counter()
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    _pip(python, os.environ.get("TORCH_SPEC", "torch==2.13.0"))
+    _pip(python, "numpy", "matplotlib", "ipykernel")
+    installed = time.perf_counter() - started
+    subprocess.run([str(python), "-m", "ipykernel", "install", "--prefix", str(base / "jupyter"),
+                    "--name", KERNEL, "--display-name", "Colab-like"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    source = base / "course_lib_source"  # what pip would fetch from the repository: the package
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "course_lib", source / "course_lib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    packages = subprocess.run([str(python), "-m", "pip", "list", "--format=json",
+                               "--disable-pip-version-check"], check=True, capture_output=True, text=True)
+    facts = {"install_seconds": round(installed, 1),
+             "packages": sorted(p["name"].lower() for p in json.loads(packages.stdout)),
+             "course_lib_source": str(source), "venv": str(venv)}
+    return python, facts
+
+
+def run_notebook(path: pathlib.Path, workdir: pathlib.Path, executed: pathlib.Path) -> dict:
+    """Execute one notebook top to bottom in the colab-like kernel; stop at the first error."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
+                            resources={"metadata": {"path": str(workdir)}})
+    started = time.perf_counter()
+    error = None
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
+        error = {"type": type(err).__name__, "message": str(err)[-3000:]}
+    for index, cell in enumerate(nb.cells):  # the failing cell, with its first line
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and error is not None:
+                error.update(cell=index, first_line="".join(cell.source).splitlines()[0][:100],
+                             ename=output["ename"], evalue=output["evalue"][:1000])
+                break
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, executed)
+    return {"seconds": round(time.perf_counter() - started, 1), "error": error,
+            "executed": str(executed)}
+
+
+def main(outdir: pathlib.Path, notebooks: list[str]) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    results: dict = {"environment": None, "notebooks": {}, "finished": False}
+    report = outdir / "results.json"
+
+    def save() -> None:
+        report.write_text(json.dumps(results, indent=1))
+
+    base = pathlib.Path(tempfile.mkdtemp(prefix="colab-like-"))
+    try:
+        try:
+            python, facts = create_environment(base)
+        except subprocess.CalledProcessError as err:
+            results["environment"] = {"error": f"{err.cmd}: {err.stderr}"[-3000:]}
+            return
+        results["environment"] = facts
+        save()
+        os.environ.update({
+            "JUPYTER_PATH": str(base / "jupyter" / "share" / "jupyter"),
+            "COURSE_LIB_SOURCE": facts["course_lib_source"],
+            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "PYTHONNOUSERSITE": "1",
+        })
+        os.environ.pop("PYTHONPATH", None)
+        workdir = base / "content"  # like Colab's /content: nothing of the repository in it
+        workdir.mkdir()
+        for rel in notebooks:
+            results["notebooks"][rel] = run_notebook(ROOT / rel, workdir, outdir / "executed" / rel)
+            save()
+        results["finished"] = True
+    finally:
+        save()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    main(pathlib.Path(sys.argv[1]), sys.argv[2:])
