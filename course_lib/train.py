@@ -1,0 +1,197 @@
+"""Train a character-level language model on Tiny Shakespeare from the command line.
+
+    python -m course_lib.train                                  # preset shakespeare-cpu, into runs/shakespeare-cpu
+    python -m course_lib.train --preset shakespeare-gpu --out runs/gpu
+    python -m course_lib.train --out runs/cpu --resume          # continue a run from its checkpoint
+
+Writes into ``--out``: ``checkpoint.pt`` (model, both configs, optimiser state, step, the batch
+generator; saved atomically after every evaluation) and ``log.json`` (the run's settings and one
+record per evaluation: step, train loss, validation loss in nats per character, tokens per second,
+elapsed seconds). Bad input ends with a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import torch
+
+from .data import CorpusError, load_char_data
+from .device import get_device
+from .training import PRESETS, CheckpointError, Trainer, build_model, get_preset
+
+CHECKPOINT = "checkpoint.pt"
+LOG = "log.json"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument ends with one line (no usage block) and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be non-negative")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m course_lib.train", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="presets:\n" + "\n".join(f"  {name:16} {_describe(name)}" for name in PRESETS))
+    p.add_argument("--preset", default="shakespeare-cpu", metavar="NAME",
+                   help="the run to train: model shape and training settings (default: shakespeare-cpu; "
+                        "listed below)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="folder for checkpoint.pt and log.json, created if needed (default: runs/PRESET)")
+    p.add_argument("--steps", type=positive_int, metavar="N", default=None,
+                   help="train for N steps instead of the preset's number (the schedule follows N)")
+    p.add_argument("--seed", type=non_negative_int, metavar="S", default=None,
+                   help="seed for the initial weights and the batches (default: the preset's)")
+    p.add_argument("--device", default=None, metavar="DEV",
+                   help="cpu or cuda (default: cuda when available, else cpu)")
+    p.add_argument("--threads", type=positive_int, metavar="N", default=None,
+                   help="CPU threads for torch (default: torch's choice, one per core)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from DIR/checkpoint.pt (same preset and settings) instead of starting anew")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (evaluations are still printed)")
+    return p
+
+
+def _describe(name: str) -> str:
+    model, run = PRESETS[name]
+    kind = "modern block" if model.norm == "rms" and model.ffn == "swiglu" else "GPT-2 block"
+    return (f"{kind}, {model.n_layers} layers × {model.d_model}, context {run.context}, batch {run.batch_size}, "
+            f"{run.steps} steps")
+
+
+def _prepare_out(out: str, resume: bool) -> str:
+    """Create ``out`` and check that files can be written there (before any training)."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {out!r} is not a writable folder: {err.strerror or err}") from None
+    if resume and not os.path.exists(os.path.join(out, CHECKPOINT)):
+        raise ValueError(f"--resume: no {CHECKPOINT} in --out {out!r} to continue from")
+    return out
+
+
+def _write_json(data: dict, path: str) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train as ``args`` say; return the log written to log.json."""
+    model_config, train_config = get_preset(args.preset)
+    changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    if changes:
+        train_config = train_config.replace(**changes)
+    out = _prepare_out(args.out or os.path.join("runs", args.preset), args.resume)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device) if args.device else get_device()
+        torch.empty(0, device=device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"--device {args.device!r} is not usable here: {str(err).splitlines()[0]}") from None
+
+    corpus = load_char_data()
+    if corpus.tokenizer.vocab_size != model_config.vocab_size:
+        raise ValueError(f"preset {args.preset!r} has vocab_size {model_config.vocab_size}, the corpus "
+                         f"{corpus.tokenizer.vocab_size} characters")
+    model = build_model(model_config, train_config.seed, device)
+    progress = not args.no_progress
+    checkpoint = os.path.join(out, CHECKPOINT)
+    if args.resume:
+        trainer = Trainer.from_checkpoint(checkpoint, model, corpus.train, corpus.val, train_config,
+                                          progress=progress)
+    else:
+        trainer = Trainer(model, corpus.train, corpus.val, train_config, progress=progress,
+                          vocab=corpus.tokenizer.vocab)
+    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    log = {
+        "preset": args.preset,
+        "parameters": n_params,
+        "model_config": dataclasses.asdict(model_config),
+        "train_config": dataclasses.asdict(train_config),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "evaluations": trainer.history,
+    }
+    print(f"{args.preset}: {n_params:,} parameters on {device} ({torch.get_num_threads()} threads); "
+          f"{train_config.steps} steps of {train_config.batch_size} × {train_config.context} tokens; "
+          f"writing to {out}", flush=True)
+
+    def on_eval(t: Trainer, record: dict) -> None:
+        t.save(checkpoint)
+        log["evaluations"] = t.history
+        _write_json(log, os.path.join(out, LOG))
+        if not progress:
+            print(f"step {record['step']}: val loss {record['val_loss']:.4f} nats/char, "
+                  f"{record['elapsed_seconds']:.1f} s", flush=True)
+
+    started = time.perf_counter()
+    trainer.train(on_eval=on_eval)
+    log["evaluations"] = trainer.history
+    _write_json(log, os.path.join(out, LOG))
+    last = trainer.history[-1]
+    print(f"done: step {last['step']}, validation loss {last['val_loss']:.4f} nats/char "
+          f"({last['val_bits_per_char']:.3f} bits/char, perplexity {math.exp(last['val_loss']):.2f}), "
+          f"{trainer.elapsed:.1f} s of training ({time.perf_counter() - started:.1f} s this session)")
+    return log
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the last checkpoint written after an evaluation is intact", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, CheckpointError, CorpusError) as err:
+        print(f"python -m course_lib.train: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

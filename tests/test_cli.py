@@ -1,0 +1,139 @@
+"""The commands `python -m course_lib.train` and `python -m course_lib.sample`: they run as documented,
+write the checkpoint and the JSON log, and end bad input with a one-line error and a non-zero status."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from course_lib import sample as sample_cli
+from course_lib import train as train_cli
+from course_lib.training import load_checkpoint
+
+
+def run(*args, module="course_lib.train"):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    result = run("--preset", "tiny", "--out", str(out), "--no-progress", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_train_writes_checkpoint_and_log(trained):
+    out, result = trained
+    log = json.loads((out / "log.json").read_text())
+    assert log["preset"] == "tiny" and log["parameters"] > 0
+    steps = [e["step"] for e in log["evaluations"]]
+    assert steps == [10, 20]
+    for e in log["evaluations"]:
+        assert set(e) >= {"step", "train_loss", "val_loss", "tokens_per_second", "elapsed_seconds"}
+        assert 0 < e["val_loss"] < 5 and e["tokens_per_second"] > 0
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == 20
+    assert "validation loss" in result.stdout
+
+
+def test_sample_prints_the_prompt_and_new_text(trained):
+    out, _ = trained
+    result = run(str(out), "--prompt", "ROMEO:", "--max-new-tokens", "40", "--seed", "1", "--top-k", "10",
+                 module="course_lib.sample")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout[:-1]  # print's newline
+    assert text.startswith("ROMEO:") and len(text) == 6 + 40
+
+
+def test_sample_is_reproducible_from_the_seed(trained, capsys):
+    out, _ = trained
+    texts = []
+    for seed in ("3", "3", "4"):
+        assert sample_cli.main([str(out / "checkpoint.pt"), "--seed", seed, "--temperature", "1.0",
+                                "--top-p", "0.9", "--max-new-tokens", "50"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] != texts[2]
+
+
+def test_unknown_preset_and_bad_prompt_end_in_one_line(trained):
+    assert_one_line_error(run("--preset", "nope"), "unknown preset 'nope'", "shakespeare-cpu")
+    out, _ = trained
+    assert_one_line_error(run(str(out), "--prompt", "Ça va?#", module="course_lib.sample"),
+                          "--prompt", "'#'", "'Ç'")
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        train_cli.main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--preset", "--out", "--steps", "--seed", "--device", "--threads", "--resume", "--no-progress",
+                   "shakespeare-cpu", "shakespeare-gpu"):
+        assert option in text
+    with pytest.raises(SystemExit):
+        sample_cli.main(["--help"])
+    text = capsys.readouterr().out
+    for option in ("CHECKPOINT", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed"):
+        assert option in text
+
+
+def one_line_error(capsys, main, argv, *fragments):
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "error:" in err[0], err
+    for fragment in fragments:
+        assert fragment in err[0], err[0]
+
+
+def test_bad_numbers_are_refused(capsys, tmp_path):
+    one_line_error(capsys, train_cli.main, ["--steps", "0"], "--steps", "at least 1")
+    one_line_error(capsys, train_cli.main, ["--steps", "many"], "--steps", "not an integer")
+    one_line_error(capsys, train_cli.main, ["--threads", "-2"], "--threads")
+    ck = str(tmp_path)
+    one_line_error(capsys, sample_cli.main, [ck, "--temperature", "-1"], "--temperature", "≥ 0")
+    one_line_error(capsys, sample_cli.main, [ck, "--temperature", "nan"], "--temperature")
+    one_line_error(capsys, sample_cli.main, [ck, "--top-k", "0"], "--top-k")
+    one_line_error(capsys, sample_cli.main, [ck, "--top-p", "1.5"], "--top-p", "(0, 1]")
+    one_line_error(capsys, sample_cli.main, [ck, "--max-new-tokens", "-5"], "--max-new-tokens")
+
+
+def test_unwritable_out_and_resume_without_checkpoint(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--out", str(blocker / "run")],
+                   "--out", "not a writable folder")
+    one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--out", str(tmp_path / "new"), "--resume"],
+                   "--resume", "no checkpoint.pt")
+
+
+def test_missing_and_corrupt_checkpoints(capsys, trained, tmp_path):
+    one_line_error(capsys, sample_cli.main, [str(tmp_path / "none.pt")], "does not exist")
+    out, _ = trained
+    good = (out / "checkpoint.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(good[: len(good) // 2])
+    one_line_error(capsys, sample_cli.main, [str(tmp_path / "cut.pt")], "corrupt")
+    (tmp_path / "empty").mkdir()
+    one_line_error(capsys, sample_cli.main, [str(tmp_path / "empty")], "does not exist")
+
+
+def test_resume_continues_a_finished_run_in_place(capsys, trained, tmp_path):
+    out, _ = trained
+    run_dir = tmp_path / "again"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes((out / "checkpoint.pt").read_bytes())
+    assert train_cli.main(["--preset", "tiny", "--out", str(run_dir), "--resume", "--no-progress"]) == 0
+    assert "done: step 20" in capsys.readouterr().out  # nothing left to do: the same final record
+    one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--out", str(run_dir), "--resume", "--steps", "30"],
+                   "train_config.steps is 20, but this run's is 30")

@@ -1,0 +1,293 @@
+"""course_lib.training: the schedule, weight decay on matrices only, one step against its definition,
+deterministic whole-split evaluation, same seed → same losses, checkpoints (weights_only, atomic, config
+checks) and exact resumption."""
+
+import math
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib import training
+from course_lib.config import ModelConfig
+from course_lib.data import eval_windows, load_char_data
+from course_lib.training import (CheckpointError, Trainer, TrainConfig, build_model, evaluate, get_preset,
+                                 load_checkpoint, lr_at, make_optimizer, param_groups, train_step)
+
+MODEL = ModelConfig(vocab_size=65, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=32,
+                    tie_embeddings=True)
+RUN = TrainConfig(batch_size=4, context=16, steps=12, lr=3e-3, min_lr=3e-4, warmup_steps=3, eval_interval=4,
+                  eval_batch_size=256, eval_at_start=True, seed=3)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    data = load_char_data()
+    return data.train[:50_000], data.val[:3_000]  # small slices: fast tests
+
+
+def trainer_for(corpus, run=RUN, model=MODEL, seed=None):
+    return Trainer(build_model(model, run.seed if seed is None else seed), *corpus, run, progress=False)
+
+
+# --- schedule ------------------------------------------------------------------------------------------
+
+def test_lr_schedule_warmup_then_cosine():
+    kw = dict(lr=1.0, min_lr=0.1, warmup_steps=10, total_steps=110)
+    assert lr_at(0, **kw) == pytest.approx(0.1)  # the first step already moves
+    assert lr_at(4, **kw) == pytest.approx(0.5)
+    assert lr_at(9, **kw) == pytest.approx(1.0)  # warmup ends at the peak
+    assert lr_at(10, **kw) == pytest.approx(1.0)  # the cosine starts at the peak
+    assert lr_at(60, **kw) == pytest.approx(0.55)  # halfway: the mean of lr and min_lr
+    assert lr_at(110, **kw) == pytest.approx(0.1) and lr_at(500, **kw) == pytest.approx(0.1)
+    values = [lr_at(s, **kw) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:]))  # decays monotonically
+    assert lr_at(0, lr=1.0, min_lr=0.0, warmup_steps=0, total_steps=10) == pytest.approx(1.0)  # no warmup
+    with pytest.raises(ValueError, match=r"step \(-1\)"):
+        lr_at(-1, **kw)
+
+
+# --- weight decay --------------------------------------------------------------------------------------
+
+def test_weight_decay_on_matrices_only():
+    gpt2 = ModelConfig(vocab_size=65, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=32, norm="layer",
+                       ffn="gelu", positional="learned", bias=True, tie_embeddings=True)
+    model = build_model(gpt2)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(n.endswith("weight") and "norm" not in n for n in decayed)
+    assert {"embed.weight", "pos_embed.weight", "blocks.0.attn.w_q.weight"} <= decayed
+    assert all(n.endswith("bias") or "norm" in n for n in kept)
+    assert {"blocks.0.attn_norm.weight", "blocks.0.attn_norm.bias", "blocks.0.attn.w_q.bias", "norm.weight"} <= kept
+    n_params = sum(p.numel() for p in decay["params"] + no_decay["params"])
+    assert n_params == sum(p.numel() for p in model.parameters())  # every parameter once (tied table once)
+
+
+def test_decay_shrinks_matrices_and_leaves_gains_alone():
+    model = build_model(MODEL)
+    run = RUN.replace(weight_decay=0.5)
+    opt = make_optimizer(model, run)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # no gradient: only the decay moves the weights
+    for g in opt.param_groups:
+        g["lr"] = 0.1
+    opt.step()
+    for n, p in model.named_parameters():
+        factor = 1 - 0.1 * 0.5 if p.dim() >= 2 else 1.0  # θ ← θ − lr · λ · θ
+        assert torch.allclose(p, before[n] * factor), n
+
+
+# --- one step and evaluation ---------------------------------------------------------------------------
+
+def test_train_step_is_loss_backward_clip_adamw(corpus):
+    model_a, model_b = build_model(MODEL, 1), build_model(MODEL, 1)
+    opt_a = make_optimizer(model_a, RUN)
+    opt_b = torch.optim.AdamW(param_groups(model_b, RUN.weight_decay), lr=RUN.lr, betas=RUN.betas, foreach=False)
+    x = torch.randint(0, 65, (4, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 65, (4, 16), generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        loss_a = train_step(model_a, opt_a, x, y, lr=2e-3, grad_clip=0.05)
+        logits = model_b(x)
+        loss_b = F.cross_entropy(logits.reshape(-1, 65), y.reshape(-1))
+        loss_b.backward()
+        norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model_b.parameters()))
+        assert norm > 0.05  # the clip really acts
+        for p in model_b.parameters():
+            p.grad *= 0.05 / (norm + 1e-6)
+        for g in opt_b.param_groups:
+            g["lr"] = 2e-3
+        opt_b.step()
+        opt_b.zero_grad()
+        assert loss_a.item() == pytest.approx(loss_b.item(), rel=1e-6) and not loss_a.requires_grad
+    for (n, a), b in zip(model_a.named_parameters(), model_b.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), n
+
+
+def test_evaluate_is_the_mean_over_every_window(corpus):
+    _, val = corpus
+    model = build_model(MODEL, 2)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in eval_windows(val, 1000, 16):
+            total += F.cross_entropy(model(x).reshape(-1, 65), y.reshape(-1), reduction="sum").item()
+            count += y.numel()
+    assert count == (len(val) - 1) // 16 * 16
+    expected = total / count
+    assert evaluate(model, val, 16, batch_size=7) == pytest.approx(expected, rel=1e-6)
+    assert evaluate(model, val, 16, batch_size=7) == evaluate(model, val, 16, batch_size=7)  # deterministic
+    assert model.training  # restored
+
+
+# --- the loop ------------------------------------------------------------------------------------------
+
+def test_same_seed_same_losses(corpus):
+    a, b = trainer_for(corpus), trainer_for(corpus)
+    a.train()
+    b.train()
+    assert len(a.step_losses) == 12
+    assert a.step_losses == b.step_losses
+    assert [r["val_loss"] for r in a.history] == [r["val_loss"] for r in b.history]
+    c = trainer_for(corpus, run=RUN.replace(seed=4))
+    c.train()
+    assert c.step_losses != a.step_losses
+
+
+def test_history_records_every_evaluation(corpus):
+    t = trainer_for(corpus)
+    history = t.train()
+    assert [r["step"] for r in history] == [0, 4, 8, 12]
+    assert history[0]["train_loss"] is None and history[0]["val_loss"] == pytest.approx(math.log(65), abs=0.1)
+    for r in history[1:]:
+        assert r["tokens"] == r["step"] * 64 and r["tokens_per_second"] > 0
+        assert r["val_bits_per_char"] == pytest.approx(r["val_loss"] / math.log(2))
+    assert history[1]["train_loss"] == pytest.approx(sum(t.step_losses[:4]) / 4)
+    assert history[-1]["val_loss"] < history[0]["val_loss"] - 0.3  # it learns
+    assert history[-1]["lr"] == pytest.approx(lr_at(11, lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=12))
+    elapsed = [r["elapsed_seconds"] for r in history]
+    assert elapsed == sorted(elapsed)
+
+
+def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
+    straight = trainer_for(corpus)
+    straight.train()
+    first = trainer_for(corpus)
+    first.train(until=6)  # stop between two evaluations
+    first.save(tmp_path / "ck.pt")
+    resumed = Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(MODEL, 99), *corpus, RUN, progress=False)
+    assert resumed.step == 6
+    resumed.train()
+    assert resumed.step_losses == straight.step_losses  # exactly, step by step
+    assert [(r["step"], r["train_loss"], r["val_loss"]) for r in resumed.history] == \
+           [(r["step"], r["train_loss"], r["val_loss"]) for r in straight.history]
+    for a, b in zip(resumed.model.parameters(), straight.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_progress_bar_shows_loss_bits_and_speed(corpus, capsys):
+    t = Trainer(build_model(MODEL), *corpus, RUN.replace(steps=4, eval_interval=4), progress=True)
+    t.train()
+    err = capsys.readouterr().err
+    assert "training" in err and "bpc=" in err and "tok_s=" in err and "loss=" in err
+
+
+def test_course_lib_imports_without_tqdm():
+    """tqdm is imported only when a bar is shown: with tqdm unimportable (after torch, which may load it
+    itself), the package and its commands still import."""
+    code = ("import sys, torch; sys.modules['tqdm'] = None; "
+            "import course_lib, course_lib.training, course_lib.data, course_lib.sampling, course_lib.train, "
+            "course_lib.sample; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+# --- checkpoints ---------------------------------------------------------------------------------------
+
+def test_checkpoint_holds_plain_values_and_loads_weights_only(corpus, tmp_path):
+    t = trainer_for(corpus)
+    t.train(until=4)
+    t.save(tmp_path / "ck.pt")
+    state = torch.load(tmp_path / "ck.pt", weights_only=True)  # no pickled objects inside
+    assert isinstance(state["model_config"], dict) and isinstance(state["train_config"], dict)
+    assert state["step"] == 4 and state["model_config"]["d_model"] == 32
+    assert set(state["optimizer"]) == {"state", "param_groups"}
+    assert isinstance(state["batch_generator"], torch.Tensor)
+
+
+def test_config_mismatch_names_the_field(corpus, tmp_path):
+    t = trainer_for(corpus)
+    t.train(until=2)
+    t.save(tmp_path / "ck.pt")
+    other_model = MODEL.replace(d_ff=96)
+    with pytest.raises(CheckpointError, match=r"model_config\.d_ff is 64, but this run's is 96"):
+        Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(other_model), *corpus, RUN, progress=False)
+    with pytest.raises(CheckpointError, match=r"train_config\.lr is 0\.003, but this run's is 0\.001"):
+        Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(MODEL), *corpus, RUN.replace(lr=1e-3),
+                                progress=False)
+
+
+def test_corrupt_and_foreign_checkpoints_raise(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"format": "course_lib.training/1", "evil": _Evil()}, tmp_path / "pickled.pt")
+    with pytest.raises(CheckpointError, match="corrupt or not a course_lib checkpoint"):
+        load_checkpoint(tmp_path / "pickled.pt")  # weights_only refuses the object
+    assert not _Evil.ran
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
+    with pytest.raises(CheckpointError, match="not a course_lib training checkpoint"):
+        load_checkpoint(tmp_path / "foreign.pt")
+
+
+class _Evil:
+    ran = False
+
+    def __reduce__(self):
+        return (_Evil._run, ())
+
+    @staticmethod
+    def _run():
+        _Evil.ran = True
+
+
+def test_a_crash_while_saving_keeps_the_good_checkpoint(corpus, tmp_path, monkeypatch):
+    t = trainer_for(corpus)
+    t.train(until=4)
+    path = tmp_path / "ck.pt"
+    t.save(path)
+    good = path.read_bytes()
+    t.train(until=8)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(training.torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        t.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == good  # untouched
+    assert load_checkpoint(path)["step"] == 4
+    assert os.listdir(tmp_path) == ["ck.pt"]  # no temporary file left behind
+
+
+# --- configs and presets -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (dict(batch_size=0), r"batch_size \(0\)"),
+    (dict(lr=0.0), r"lr \(0.0\)"),
+    (dict(min_lr=1.0), r"min_lr \(1.0\) must not exceed lr"),
+    (dict(betas=(0.9, 1.0)), "betas"),
+    (dict(grad_clip=-1.0), r"grad_clip \(-1.0\)"),
+    (dict(warmup_steps=-1), r"warmup_steps \(-1\)"),
+])
+def test_train_config_errors_name_the_field(change, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        RUN.replace(**change)
+
+
+def test_trainer_refuses_a_context_beyond_the_model(corpus):
+    with pytest.raises(ValueError, match=r"context \(64\) must not exceed the model's max_seq_len \(32\)"):
+        Trainer(build_model(MODEL), *corpus, RUN.replace(context=64), progress=False)
+
+
+def test_presets():
+    model, run = get_preset("shakespeare-cpu")
+    assert model.norm == "rms" and model.ffn == "swiglu" and model.positional == "rope"
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in build_model(model).parameters())
+    assert n_params <= 1_000_000
+    assert run.context <= model.max_seq_len
+    gpt2, ref = get_preset("nanogpt-cpu")
+    assert (gpt2.n_layers, gpt2.n_heads, gpt2.d_model, ref.context, ref.batch_size, ref.steps) == (4, 4, 128, 64, 12, 2000)
+    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+        get_preset("nope")
