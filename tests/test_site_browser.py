@@ -143,7 +143,7 @@ const scrolls = el => { for (let a = el.parentElement; a; a = a.parentElement) {
 if (document.documentElement.scrollWidth > vw + 1) {
   const wide = [];
   for (const el of document.body.querySelectorAll('*')) {
-    if (!visible(el)) continue;
+    if (!visible(el) || el.closest('mjx-assistive-mml')) continue;  // MathJax's copy for screen readers
     const r = el.getBoundingClientRect();
     const box = scrolls(el);
     if (r.right > vw + 1 && (!box || box === document.documentElement || box === document.body
@@ -185,7 +185,7 @@ article.querySelectorAll('img').forEach((img, i) => {
   const where = `image ${i + 1} under "${heading(img)}"`;
   if (!img.complete || img.naturalWidth === 0) problems.push(`${where} did not load: ${img.getAttribute('src').slice(0, 80)}`);
   const alt = (img.getAttribute('alt') || '').trim();
-  if (alt.length < 10 || /\.(png|svg|jpe?g|gif)$/i.test(alt) || alt.includes('/'))
+  if (alt.length < 10 || /\.(png|svg|jpe?g|gif)$/i.test(alt) || alt.includes('_images/'))
     problems.push(`${where} has no descriptive alt text (alt="${alt.slice(0, 60)}")`);
   const fig = img.closest('figure');
   const cap = fig && fig.querySelector('figcaption');
@@ -204,7 +204,7 @@ const search = [...document.querySelectorAll('.search-button-field, .search-butt
   .filter(el => visible(el) && !el.closest('dialog'));
 if (search.length !== 1) problems.push(`${search.length} search fields visible (one expected): ${search.map(describe).join('; ')}`);
 const seen = {};
-for (const h of [...article.querySelectorAll('h1, h2, h3, p.caption, .caption-text')]) {
+for (const h of [...article.querySelectorAll('h1, h2, h3, p.caption')]) {
   const t = h.textContent.replace(/[#¶]/g, '').trim();
   if (t && seen[t] && !h.closest('.toctree-wrapper li li')) problems.push(`the heading "${t}" is shown twice`);
   seen[t] = true;

@@ -38,6 +38,13 @@ def reader_notebook(srcdir: pathlib.Path, docname: str) -> pathlib.Path | None:
 # ---------------------------------------------------------------------------------------- buttons
 
 
+def _depend_on_reader(app, doctree) -> None:
+    """A chapter page is rebuilt when its reader notebook appears or changes (its buttons use it)."""
+    docname = app.env.docname
+    if docname.startswith("book/") and docname.count("/") == 1 and docname[5:7].isdigit():
+        app.env.note_dependency(str(pathlib.Path(app.srcdir) / READER_DIR / f"{docname[5:]}.ipynb"))
+
+
 def _reader_buttons(app, pagename, templatename, context, doctree) -> None:
     reader = reader_notebook(pathlib.Path(app.srcdir), pagename)
     if reader is None:
@@ -172,6 +179,7 @@ def setup(app):
     app.connect("config-inited", _add_static)
     app.add_css_file("course.css")
     app.connect("html-page-context", _dedupe_js)
+    app.connect("doctree-read", _depend_on_reader)
     app.connect("html-page-context", _reader_buttons, priority=900)  # after the theme's (501)
     app.connect("build-finished", _copy_readers)
     app.connect("autodoc-process-docstring", _process_docstring)
