@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 import reader_notebooks as rn
-from setup_cell import ROOT
+from setup_cell import ROOT, repo_url
 
 CHAPTERS = rn.chapters()
 IDS = [c.stem for c in CHAPTERS]
@@ -169,3 +169,17 @@ def test_the_sync_check_catches_an_edited_chapter_and_an_edited_reader(tmp_path,
     source["cells"][-1]["source"] = "".join(source["cells"][-1]["source"]) + "\nOne more sentence."
     chapter.write_text(json.dumps(source))
     assert "generated from an older" in rn.out_of_sync(chapter)
+
+
+def test_every_published_colab_link_opens_a_reader_notebook_or_an_exercise():
+    """README, pages and notebooks: a chapter opens as its reader notebook, never as its MyST source."""
+    owner_repo = repo_url().removeprefix("https://github.com/")
+    pattern = re.compile(rf"colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/main/([\w./-]+\.ipynb)")
+    texts = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), *sorted((ROOT / "book").glob("*.ipynb")),
+             *sorted(ROOT.glob("exercises/*/*/*.ipynb"))]
+    links = {(p.relative_to(ROOT).as_posix(), target) for p in texts for target in pattern.findall(p.read_text())}
+    wrong = sorted(link for link in links if not link[1].startswith(("book/colab/", "exercises/release/")))
+    assert wrong == [], f"Colab links to notebooks readers should not open: {wrong}"
+    readme = {target for where, target in links if where == "README.md"}
+    missing = [c.name for c in CHAPTERS if f"book/colab/{c.name}" not in readme]
+    assert missing == [], f"README has no Colab link to the reader notebooks of {missing}"
