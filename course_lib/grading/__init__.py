@@ -17,14 +17,16 @@ from .block import check_post_norm_block, check_pre_norm_block, check_residual_u
 from .checkpointing import check_block_saved_bytes, check_saved_bytes
 from .counting import check_count_params, check_crossover_length
 from .ffn import check_gelu_tanh, check_swiglu
-from .info_theory import check_cross_entropy_from_logits, check_entropy, check_kl_divergence
+from .info_theory import (check_entropy, check_info_predictions, check_label_smoothed_cross_entropy,
+                          check_logsumexp, check_soft_cross_entropy_grad)
 from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
 from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
 from .residual import check_pre_norm_residual, check_residual_scaled_init
 
-__all__ = ["GradingError", "self_check", "check_entropy", "check_cross_entropy_from_logits", "check_kl_divergence",
+__all__ = ["GradingError", "self_check", "check_entropy", "check_info_predictions", "check_logsumexp",
+           "check_label_smoothed_cross_entropy", "check_soft_cross_entropy_grad",
            "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
            "check_swiglu", "check_gelu_tanh",
            "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
