@@ -264,9 +264,26 @@ def _hf_name(name: str) -> str | None:
     return None
 
 
+def _hf_rope(hf_config) -> dict:
+    """RoPE's settings of a Hugging Face config as ``{"rope_type": ..., "rope_theta": ..., ...}``.
+
+    transformers 4.x keeps θ in ``config.rope_theta`` and any context-extension scheme in
+    ``config.rope_scaling`` (None, or a dict with "rope_type" or the older "type"); transformers 5.x
+    keeps both in one dict, ``config.rope_parameters``, and has no ``rope_theta`` attribute.
+    """
+    if getattr(hf_config, "rope_theta", None) is not None:  # transformers 4.x
+        rope = {"rope_theta": hf_config.rope_theta, **(getattr(hf_config, "rope_scaling", None) or {})}
+    else:  # transformers 5.x
+        rope = dict(getattr(hf_config, "rope_parameters", None) or {})
+    rope.setdefault("rope_theta", 10_000.0)  # both lines' default θ
+    rope.setdefault("rope_type", rope.get("type", "default"))
+    return rope
+
+
 def config_from_hf(hf_config) -> ModelConfig:
     """The ModelConfig of a Hugging Face ``LlamaConfig`` or ``MistralConfig``, refusing features
-    DecoderLM does not implement (biases, rope scaling, other activations) rather than ignoring them."""
+    DecoderLM does not implement (biases, rope scaling, other activations) rather than ignoring them.
+    Works with transformers 4.x (``rope_theta``, ``rope_scaling``) and 5.x (``rope_parameters``)."""
     model_type = getattr(hf_config, "model_type", None)
     if model_type not in ("llama", "mistral"):
         raise ValueError(f"from_hf loads Llama or Mistral models, got model_type {model_type!r}")
@@ -275,8 +292,8 @@ def config_from_hf(hf_config) -> ModelConfig:
     for flag in ("attention_bias", "mlp_bias"):
         if getattr(hf_config, flag, False):
             raise ValueError(f"{flag}=True is not supported: DecoderLM's Llama blocks have no biases")
-    rope = getattr(hf_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10_000.0}
-    if rope.get("rope_type", "default") != "default":
+    rope = _hf_rope(hf_config)
+    if rope["rope_type"] != "default":
         raise ValueError(f"rope_type {rope['rope_type']!r} is not supported: only plain RoPE ('default')")
     n_heads = hf_config.num_attention_heads
     return ModelConfig(

@@ -29,7 +29,7 @@ def hf_model(kind: str, attn: str = "sdpa", seed: int = 0, **kwargs):
 
     theta = kwargs.pop("rope_theta", 10_000.0)
     defaults = dict(vocab_size=97, intermediate_size=88, num_hidden_layers=2, max_position_embeddings=64,
-                    rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": theta})
+                    rms_norm_eps=1e-5, rope_theta=theta)  # accepted by transformers 4.x and 5.x
     config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (MistralConfig, MistralForCausalLM)
     config = config_cls(**{**defaults, **kwargs})
     config._attn_implementation = attn
@@ -84,7 +84,7 @@ def test_from_hf_is_strict_and_ties_weights():
     [
         (dict(attention_bias=True), "attention_bias=True is not supported"),
         (dict(hidden_act="gelu"), "hidden_act must be 'silu'"),
-        (dict(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}), "rope_type 'linear'"),
+        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_type 'linear'"),
     ],
 )
 def test_from_hf_refuses_what_it_does_not_implement(kwargs, words):
@@ -94,6 +94,43 @@ def test_from_hf_refuses_what_it_does_not_implement(kwargs, words):
                          num_attention_heads=2, **kwargs)
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
         config_from_hf(config)
+
+
+def _config_like(**rope_fields):
+    """A Llama config as transformers 4.x or 5.x stores it, without importing either."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(model_type="llama", vocab_size=11, hidden_size=16, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, intermediate_size=24,
+                           max_position_embeddings=32, rms_norm_eps=1e-6, **rope_fields)
+
+
+@pytest.mark.parametrize(
+    "fields, theta",
+    [
+        (dict(rope_theta=500_000.0, rope_scaling=None), 500_000.0),  # transformers 4.x
+        (dict(rope_theta=123.0), 123.0),  # 4.x without a rope_scaling attribute
+        (dict(rope_parameters={"rope_type": "default", "rope_theta": 250_000.0}), 250_000.0),  # 5.x
+        (dict(rope_parameters={"rope_theta": 77.0}), 77.0),  # 5.x, type left implicit
+        (dict(rope_parameters=None), 10_000.0),  # neither: both lines' default
+    ],
+)
+def test_config_from_hf_reads_rope_theta_from_either_transformers_line(fields, theta):
+    config = config_from_hf(_config_like(**fields))
+    assert config.rope_theta == theta and config.n_kv_heads == 1 and config.head_dim == 8
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(rope_theta=1e4, rope_scaling={"type": "linear", "factor": 2.0}),  # 4.x, older key
+        dict(rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0}),  # 4.x
+        dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),  # 5.x
+    ],
+)
+def test_config_from_hf_refuses_rope_scaling_from_either_transformers_line(fields):
+    with pytest.raises(ValueError, match="only plain RoPE"):
+        config_from_hf(_config_like(**fields))
 
 
 # --- properties ---------------------------------------------------------------------------------------
