@@ -107,9 +107,10 @@ def _positive_int(name: str, value) -> None:
         raise ValueError(f"{name} ({value}) must be positive")
 
 
-# Published shapes. Sources: the models' papers and released configuration files
-# (Touvron et al. 2023 for Llama 2; Meta's Llama 3 release; Jiang et al. 2023 for Mistral 7B v0.1;
-# Brown et al. 2020, table 2.1, for GPT-3).
+# Published shapes, from the models' papers and released configuration files (Touvron et al. 2023
+# for Llama 2; Meta's Llama 3 release; Jiang et al. 2023 for Mistral 7B v0.1; Brown et al. 2020,
+# table 2.1, for GPT-3, whose remaining conventions — tied output layer, learned positions, biases —
+# are GPT-2's).
 PRESETS: dict[str, ModelConfig] = {
     "llama-2-7b": ModelConfig(
         vocab_size=32_000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=11_008,

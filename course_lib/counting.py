@@ -9,9 +9,10 @@ Conventions
   The attention scores are counted for all T × S query–key pairs, as a dense kernel computes them;
   ``causal=True`` counts only the pairs a causal mask keeps (about half), the least a kernel that
   skips masked scores must do. Softmax is counted as 5 FLOPs
-  per score (max, subtract, exp, sum, divide) — a convention, not a measurement. Norms, activations,
-  RoPE and residual adds are elementwise and left out: they are O(T·D), negligible next to the
-  matrix products.
+  per score (max, subtract, exp, sum, divide) — a convention, not a measurement.
+* Elementwise work is left out: the norms, RoPE and the residual adds touch O(T·D) numbers, and
+  SwiGLU's SiLU and gating product O(T·F) — a few FLOPs per number, against the O(T·D·F) of the
+  FFN's matrix products (chapter 8 measures the share: well under 1 %).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ __all__ = [
     "count_params",
     "approx_params",
     "block_flops",
+    "attention_core_flops",
     "crossover_length",
+    "moe_params",
     "kv_cache_bytes",
     "weight_bytes",
     "training_bytes",
@@ -101,11 +104,12 @@ def count_params(config: ModelConfig) -> ParamCount:
 
 
 def approx_params(config: ModelConfig) -> int:
-    """The rule of thumb 12·N·D² + 2·V·D.
+    """The rule of thumb 12·N·D² + 2·V·D (Kaplan et al., 2020), an approximation.
 
-    Exact for multi-head attention (4·D² per block) with a 4·D GELU FFN (8·D²) and untied embeddings,
-    ignoring norms and biases. SwiGLU with F = 8/3·D also has 8·D² FFN parameters; GQA, other widths
-    and tying make it drift (chapter 8 compares).
+    It counts 4·D² of attention per block (multi-head, H·D_h = D), 8·D² of FFN (two matrices of
+    width 4·D, or SwiGLU's three of width 8/3·D) and two untied V × D tables, and leaves out norms,
+    biases and learned positions. GQA, other FFN widths and tying make it drift further (chapter 8
+    compares it with :func:`count_params`).
     """
     c = _check_config(config)
     return 12 * c.n_layers * c.d_model**2 + 2 * c.vocab_size * c.d_model
@@ -152,6 +156,56 @@ def block_flops(
     else:
         flops.update(ffn_up=matrix, ffn_down=matrix)
     return flops
+
+
+def attention_core_flops(config: ModelConfig, seq_len: int, *, window: int | None = None) -> int:
+    """Forward FLOPs of one block's attention core (QKᵀ, softmax, AV) for one sequence of ``seq_len``
+    tokens under a causal mask, counting only the scores the mask keeps (a kernel that skips the
+    masked ones), optionally within a sliding ``window`` (query i sees the keys i − W + 1 … i, itself
+    included, as Mistral's ``sliding_window``)::
+
+        (4·D_h + 5) · H · P,   P = Σ_{i<T} min(i + 1, W) = T(T + 1)/2               if W ≥ T
+                                                           W(W + 1)/2 + (T − W)·W   otherwise
+
+    2·D_h FLOPs per kept score for QKᵀ, 2·D_h for AV and 5 for the softmax (the module's
+    conventions). With a window the cost grows linearly in T once T > W.
+    """
+    c = _check_config(config)
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+        raise ValueError(f"seq_len ({seq_len}) must be a positive int")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"window ({window}) must be a positive int or None")
+    T = seq_len
+    if window is None or window >= T:
+        pairs = T * (T + 1) // 2  # query i sees i + 1 keys
+    else:
+        pairs = window * (window + 1) // 2 + (T - window) * window  # the first W fill up, then W each
+    return (4 * c.head_dim + 5) * c.n_heads * pairs
+
+
+def moe_params(config: ModelConfig, n_experts: int, top_k: int) -> tuple[int, int]:
+    """(total, active) parameters of ``config`` with every FFN replaced by a mixture of experts.
+
+    Each block's FFN becomes ``n_experts`` SwiGLU experts (3·D·F each) and a router, a D → E linear
+    map without bias; each token runs through ``top_k`` of the experts (Mixtral: E = 8, k = 2; Jiang
+    et al., 2024). *Total* counts every parameter; *active* those one token uses: everything but the
+    E − k experts it skips. Everything outside the FFN is as in :func:`count_params`.
+    """
+    c = _check_config(config)
+    if c.ffn != "swiglu":
+        raise ValueError(f"moe_params counts SwiGLU experts; config.ffn is {c.ffn!r}")
+    for name, value in (("n_experts", n_experts), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} ({value}) must be a positive int")
+    if top_k > n_experts:
+        raise ValueError(f"top_k ({top_k}) cannot exceed n_experts ({n_experts})")
+    dense = count_params(c)
+    expert = _ffn_params(c)  # w_gate, w_up, w_down of one expert
+    router = c.d_model * n_experts  # D → E, no bias
+    outside = dense.total - dense.ffn  # everything but the FFNs
+    total = outside + c.n_layers * (n_experts * expert + router)
+    active = outside + c.n_layers * (top_k * expert + router)
+    return total, active
 
 
 def crossover_length(config: ModelConfig, *, causal: bool = False) -> float:

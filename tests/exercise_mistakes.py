@@ -76,26 +76,6 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 ''',
     },
-    "06_residual_stream": {
-        # post-norm wiring: the sum is normalized, Norm(x + F(x))
-        "pre-norm-answer": '''\
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    s = x + sublayer(x)
-    return s / torch.sqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
-''',
-        # residual projections scaled by 1/sqrt(N) (blocks) instead of 1/sqrt(2N) (branches)
-        "init-answer": '''\
-def residual_scaled_init_(model, n_layers, std=0.02):
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            scaled = name.split(".")[-1] in ("w_o", "w_down")
-            nn.init.normal_(module.weight, 0.0, std / math.sqrt(n_layers) if scaled else std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, 0.0, std)
-''',
-    },
     "07_decoder_block": {
         # the FFN reads the block's input x instead of h (a "parallel" block)
         "pre-norm-answer": '''\

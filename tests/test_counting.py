@@ -256,3 +256,46 @@ def test_forward_flops_per_token_are_twice_the_block_parameters():
 def test_counting_functions_refuse_what_is_not_a_config(fn):
     with pytest.raises(TypeError, match="config must be a ModelConfig"):
         fn({"d_model": 64})
+
+
+@pytest.mark.parametrize("t, window", [(1, None), (7, None), (12, 5), (5, 5), (4, 9), (30, 1)])
+def test_attention_core_flops_count_the_scores_a_causal_window_keeps(t, window):
+    cfg = PRESETS["mistral-7b"]
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    keep = (j <= i) if window is None else (j <= i) & (i - j < window)  # the mask itself
+    kept = int(keep.sum())
+    assert counting.attention_core_flops(cfg, t, window=window) == (4 * cfg.head_dim + 5) * cfg.n_heads * kept
+    if window is None:  # block_flops' causal count agrees
+        flops = counting.block_flops(cfg, seq_len=t, causal=True)
+        assert counting.attention_core_flops(cfg, t) == flops["qk"] + flops["softmax"] + flops["av"]
+
+
+def test_attention_core_flops_grow_linearly_past_the_window_and_refuse_bad_arguments():
+    cfg = PRESETS["mistral-7b"]
+    w = cfg.sliding_window
+    steps = [counting.attention_core_flops(cfg, t, window=w) for t in (2 * w, 3 * w, 4 * w)]
+    assert steps[2] - steps[1] == steps[1] - steps[0] == (4 * cfg.head_dim + 5) * cfg.n_heads * w * w
+    for bad in [dict(seq_len=0), dict(seq_len=4, window=0), dict(seq_len=2.5)]:
+        with pytest.raises(ValueError):
+            counting.attention_core_flops(cfg, **bad)
+
+
+def test_moe_params_match_mixtral_on_meta_and_its_published_size():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = PRESETS["mistral-7b"]  # Mixtral 8x7B is Mistral 7B's shape with 8 experts, 2 per token
+    total, active = counting.moe_params(cfg, n_experts=8, top_k=2)
+    assert total == 46_702_792_704  # the released checkpoint's tensors
+    assert round(active / 1e8) == 129  # "12.9B active parameters"
+    hf = MixtralConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                       num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+                       num_key_value_heads=cfg.n_kv_heads, num_local_experts=8, num_experts_per_tok=2)
+    with torch.device("meta"):
+        model = MixtralForCausalLM(hf)
+    assert sum(p.numel() for p in model.parameters()) == total
+    dense = counting.count_params(cfg).total
+    assert counting.moe_params(cfg, 1, 1) == (dense + cfg.n_layers * cfg.d_model,) * 2  # plus a router
+    with pytest.raises(ValueError, match="top_k"):
+        counting.moe_params(cfg, 4, 5)
+    with pytest.raises(ValueError, match="SwiGLU"):
+        counting.moe_params(PRESETS["gpt-3-175b"], 8, 2)

@@ -23,7 +23,8 @@ from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
 from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
-from .residual import check_pre_norm_residual, check_residual_scaled_init
+from .residual import (check_pre_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
+                       check_residual_scaled_init)
 
 __all__ = ["GradingError", "self_check", "check_entropy", "check_info_predictions", "check_logsumexp",
            "check_label_smoothed_cross_entropy", "check_soft_cross_entropy_grad",
@@ -35,7 +36,8 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_count_params", "check_crossover_length",
            "check_lm_forward", "check_next_token_probs", "check_greedy_generate",
            "check_saved_bytes", "check_block_saved_bytes",
-           "check_pre_norm_residual", "check_residual_scaled_init",
+           "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
+           "check_residual_predictions",
            "check_kv_cache_bytes", "check_attend_with_cache"]
 
 _display.install()
