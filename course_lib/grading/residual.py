@@ -1,27 +1,35 @@
-"""Checkers for exercise 06 (the residual stream): a pre-norm residual sublayer with its RMSNorm, and
-GPT-2's residual-scaled initialisation."""
+"""Checkers for exercise 06 (the residual stream).
+
+1. ``pre_norm_residual`` — implement a pre-norm residual sublayer, x + F(RMSNorm(x)), norm included.
+2. ``pre_norm_residual_backward`` — derive the gradient through it for a linear sublayer (the identity
+   plus the path through the sublayer and the norm) and the gradient of the sublayer's matrix.
+3. ``residual_scaled_init_`` — find and fix the bug in a given GPT-2 initialisation.
+4. ``predictions`` — predict four numbers about the stream before computing them.
+"""
 
 from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .. import init as init_ref
-from .. import norms
-from .. import residual as residual_ref
-from ._core import Case, Forbidden, GradingError, Mistake, check_function, describe
+from .. import norms, residual
+from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, TupleOutput, describe
+from ._watch import paused
 
-__all__ = ["check_pre_norm_residual", "check_residual_scaled_init"]
+__all__ = ["check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
+           "check_residual_predictions"]
 
-# float32 students must pass on float64 inputs too: the mistakes below differ by far more than this.
-_RTOL, _ATOL = 1e-4, 1e-5
+_LIBRARY = (norms, residual, init_ref)
 
 
-# --- Task 1: the pre-norm residual sublayer -------------------------------------------------------------
+def _randn(gen, *shape, scale=1.0, dtype=torch.float64):
+    return (scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+
 
 def _rms_norm(x, weight, eps, *, eps_outside=False, all_dims=False, centre=False):
     """RMSNorm with one knob turned: what a solution with that mistake computes."""
@@ -29,30 +37,29 @@ def _rms_norm(x, weight, eps, *, eps_outside=False, all_dims=False, centre=False
         x = x - x.mean(-1, keepdim=True)  # LayerNorm's centring, which RMSNorm does not do
     dims = tuple(range(x.dim())) if all_dims else (-1,)
     ms = x.pow(2).mean(dims, keepdim=True)
-    denom = ms.sqrt() + eps if eps_outside else torch.sqrt(ms + eps)
-    y = x / denom
+    y = x / (ms.sqrt() + eps if eps_outside else torch.sqrt(ms + eps))
     return y if weight is None else y * weight
 
+
+# --- Task 1: the pre-norm residual sublayer -----------------------------------------------------------
 
 def _pre_norm_reference(x, sublayer, weight, eps=1e-6):
     return x + sublayer(norms.rms_norm(x, weight, eps))
 
 
 def _linear(gen, d):
-    a = torch.randn(d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+    a = _randn(gen, d, d) / math.sqrt(d)
     return lambda y: y @ a.to(y.dtype)
 
 
 def _mlp(gen, d):
-    w_up = torch.randn(d, 4 * d, generator=gen, dtype=torch.float64) / math.sqrt(d)
-    w_down = torch.randn(4 * d, d, generator=gen, dtype=torch.float64) / math.sqrt(4 * d)
+    w_up, w_down = _randn(gen, d, 4 * d) / math.sqrt(d), _randn(gen, 4 * d, d) / math.sqrt(4 * d)
     return lambda y: torch.tanh(y @ w_up.to(y.dtype)) @ w_down.to(y.dtype)
 
 
 def _gated(gen, d):
-    w_gate = torch.randn(d, 3 * d, generator=gen, dtype=torch.float64) / math.sqrt(d)
-    w_up = torch.randn(d, 3 * d, generator=gen, dtype=torch.float64) / math.sqrt(d)
-    w_down = torch.randn(3 * d, d, generator=gen, dtype=torch.float64) / math.sqrt(3 * d)
+    w_gate, w_up = _randn(gen, d, 3 * d) / math.sqrt(d), _randn(gen, d, 3 * d) / math.sqrt(d)
+    w_down = _randn(gen, 3 * d, d) / math.sqrt(3 * d)
 
     def gated(y):
         gate = y @ w_gate.to(y.dtype)
@@ -62,23 +69,18 @@ def _gated(gen, d):
 
 
 def _constant(gen, d):
-    c = torch.randn(d, generator=gen, dtype=torch.float64)
+    c = _randn(gen, d)
     return lambda y: c.to(y.dtype).expand_as(y)  # ignores its input
 
 
-def check_pre_norm_residual(pre_norm_residual) -> None:
-    """Check ``pre_norm_residual(x, sublayer, weight, eps=1e-6)``:
-    x + sublayer(x / sqrt(mean(x², last dim) + eps) · weight)."""
-    task = "pre_norm_residual"
-    if not callable(pre_norm_residual):
-        raise GradingError(f"{task} should be a function, but it is a {type(pre_norm_residual).__name__}.")
-    gen = torch.Generator().manual_seed(606)
+_SUBLAYERS = {"a linear map": _linear, "a small MLP": _mlp, "a gated (SwiGLU-like) FFN": _gated,
+              "a sublayer that ignores its input (a constant)": _constant,
+              "the zero function": lambda gen, d: torch.zeros_like}
 
-    def tensor(*shape, scale=1.0, dtype=torch.float64):
-        return (scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
 
+def _pre_norm_cases(gen) -> list[Case]:
     cases = []
-    specs = [  # (shape, dtype, scale of x, eps, sublayer kind)
+    for shape, dtype, scale, eps, kind in [
         ((8,), torch.float64, 3.0, 1e-6, "a linear map"),
         ((5, 16), torch.float64, 3.0, 1e-6, "a small MLP"),
         ((2, 6, 16), torch.float64, 0.5, 1e-5, "a gated (SwiGLU-like) FFN"),
@@ -86,75 +88,170 @@ def check_pre_norm_residual(pre_norm_residual) -> None:
         ((2, 5, 8), torch.float64, 0.2, 0.1, "a linear map"),
         ((4, 8), torch.float64, 3.0, 1e-6, "a sublayer that ignores its input (a constant)"),
         ((2, 3, 8), torch.float64, 2.0, 1e-6, "the zero function"),
-    ]
-    makers = {"a linear map": _linear, "a small MLP": _mlp, "a gated (SwiGLU-like) FFN": _gated,
-              "a sublayer that ignores its input (a constant)": _constant,
-              "the zero function": lambda g, dd: torch.zeros_like}
-    for shape, dtype, scale, eps, kind in specs:
-        x = tensor(*shape, scale=scale, dtype=dtype)
-        weight = (1 + 0.3 * tensor(shape[-1])).to(dtype)
-        cases.append(Case(f"x {describe(x)}, a random weight of shape ({shape[-1]},), eps = {eps:g}, "
-                          f"with {kind} as the sublayer", (x, makers[kind](gen, shape[-1]), weight),
-                          {"eps": eps}))
+    ]:
+        x = _randn(gen, *shape, scale=scale, dtype=dtype)
+        weight = (1 + 0.3 * _randn(gen, shape[-1])).to(dtype)
+        cases.append(Case(f"x: {describe(x)}, a random weight of shape ({shape[-1]},), eps = {eps:g}, with "
+                          f"{kind} as the sublayer", (x, _SUBLAYERS[kind](gen, shape[-1]), weight), {"eps": eps}))
     # the self-check's case, last: several mistakes give the same answer on it
     cases.append(Case("x = 2 · ones(4), weight = ones(4), eps = 0 and the identity as sublayer",
                       (2 * torch.ones(4, dtype=torch.float64), lambda y: y, torch.ones(4, dtype=torch.float64)),
                       {"eps": 0.0}))
+    return cases
 
-    def norm_then(fn):
-        return lambda x, f, w, eps=1e-6: fn(x, f, w, eps)
 
-    mistakes = [
+def _pre(compute):
+    return lambda x, f, w, eps=1e-6: compute(x, f, w, eps)
+
+
+PRE_NORM_RESIDUAL = Task(
+    name="pre_norm_residual", reference=_pre_norm_reference, cases=_pre_norm_cases, seed=606,
+    rtol=1e-4, atol=1e-5,
+    mistakes=[
         Mistake("this is post-norm, Norm(x + F(x)): you normalized after adding. Pre-norm normalizes only the "
                 "copy the sublayer reads, x + F(Norm(x)), and never the stream x itself.",
-                norm_then(lambda x, f, w, eps: _rms_norm(x + f(x), w, eps))),
+                _pre(lambda x, f, w, eps: _rms_norm(x + f(x), w, eps))),
         Mistake("the residual adds the normalized input. Keep the raw x for the skip connection: "
                 "x + F(Norm(x)), not Norm(x) + F(Norm(x)) — a line like `x = norm(x)` overwrote it.",
-                norm_then(lambda x, f, w, eps: _rms_norm(x, w, eps) + f(_rms_norm(x, w, eps)))),
+                _pre(lambda x, f, w, eps: _rms_norm(x, w, eps) + f(_rms_norm(x, w, eps)))),
         Mistake("the residual connection is missing: you returned F(Norm(x)); add the input x back.",
-                norm_then(lambda x, f, w, eps: f(_rms_norm(x, w, eps)))),
+                _pre(lambda x, f, w, eps: f(_rms_norm(x, w, eps)))),
         Mistake("the sublayer reads x itself: it must read the normalized copy Norm(x).",
-                norm_then(lambda x, f, w, eps: x + f(x))),
+                _pre(lambda x, f, w, eps: x + f(x))),
         Mistake("you normalized the output as well. In pre-norm the stream x + F(Norm(x)) is left "
                 "un-normalized (the model applies one final norm at the very end).",
-                norm_then(lambda x, f, w, eps: _rms_norm(x + f(_rms_norm(x, w, eps)), w, eps))),
+                _pre(lambda x, f, w, eps: _rms_norm(x + f(_rms_norm(x, w, eps)), w, eps))),
         Mistake("ε goes inside the square root: x / sqrt(mean(x²) + ε), not x / (sqrt(mean(x²)) + ε).",
-                norm_then(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, eps_outside=True)))),
+                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, eps_outside=True)))),
         Mistake("the gain `weight` is not applied: RMSNorm multiplies the normalized vector by it.",
-                norm_then(lambda x, f, w, eps: x + f(_rms_norm(x, None, eps)))),
-        Mistake("normalize each position over its own features (the last dimension), not over the "
-                "whole tensor.",
-                norm_then(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, all_dims=True)))),
+                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, None, eps)))),
+        Mistake("normalize each position over its own features (the last dimension), not over the whole "
+                "tensor.", _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, all_dims=True)))),
         Mistake("RMSNorm does not subtract the mean (that is LayerNorm); divide x by its root mean square.",
-                norm_then(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, centre=True)))),
-    ]
-    forbidden = [
-        Forbidden(norms.rms_norm, "course_lib.norms.rms_norm"),
-        Forbidden(norms.RMSNorm.forward, "course_lib.norms.RMSNorm"),
-        Forbidden(residual_ref.PreNormResidual.forward, "course_lib.residual.PreNormResidual"),
-        Forbidden(residual_ref.PostNormResidual.forward, "course_lib.residual.PostNormResidual"),
-        Forbidden(F.rms_norm, "torch.nn.functional.rms_norm"),
-        Forbidden(torch.rms_norm, "torch.rms_norm"),
-        Forbidden(nn.RMSNorm.forward, "torch.nn.RMSNorm"),
-    ]
-    mutated = []
+                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, centre=True)))),
+        Mistake("the gain is applied to the sublayer's output instead of to the normalized input: "
+                "x + F(Norm(x) · weight), not x + F(Norm(x)) · weight.",
+                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, None, eps)) * w)),
+    ],
+    forbid=Forbid(operations=("rms_norm", "layer_norm"), modules=_LIBRARY),
+)
 
-    def run(x, sublayer, weight, eps=1e-6):  # the student's function on copies, watching for x += ...
-        x_copy, weight_copy = x.clone(), weight.clone()
-        out = pre_norm_residual(x_copy, sublayer, weight_copy, eps=eps)
-        if not torch.equal(x_copy, x):
-            mutated.append(True)
-        return out
-
-    check_function(run, _pre_norm_reference, cases, task=task, mistakes=mistakes, forbidden=forbidden,
-                   rtol=_RTOL, atol=_ATOL)
-    if mutated:
-        raise GradingError(f"{task} returns the right values but modifies its input x in place (an `x += ...` "
-                           f"or `x.mul_(...)`). In a model other code still needs x: build a new tensor, "
-                           f"`x + ...`.")
+check_pre_norm_residual = PRE_NORM_RESIDUAL.checker(
+    """Check ``pre_norm_residual(x, sublayer, weight, eps=1e-6)`` = x + sublayer(x / sqrt(mean(x²) + eps) ·
+    weight), the mean over the last dimension, in x's dtype.""")
 
 
-# --- Task 2: residual-scaled initialisation ---------------------------------------------------------------
+# --- Task 2: the gradient through a pre-norm residual sublayer ------------------------------------------
+
+def _backward_reference(x, weight, proj, grad_out, eps=1e-6):
+    """(∂L/∂x, ∂L/∂proj) for y = x + (x / sqrt(mean(x²) + ε) · weight) @ proj, by autograd."""
+    x_, proj_ = x.detach().clone().requires_grad_(True), proj.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        u = x_ * torch.rsqrt(x_.pow(2).mean(-1, keepdim=True) + eps) * weight  # (..., D)
+        y = x_ + u @ proj_  # (..., D)
+        grad_x, grad_proj = torch.autograd.grad(y, (x_, proj_), grad_out)
+    return grad_x.detach(), grad_proj.detach()
+
+
+def _backward(x, weight, proj, g, eps=1e-6, *, identity=True, transpose_proj=True, transpose_norm=True,
+              projection=True, over_d=True, sign=1.0, eps_in_r=True, grad_proj="u", proj_t=False):
+    """The gradient with one knob turned: what a solution with that mistake computes."""
+    d = x.shape[-1]
+    r = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + (eps if eps_in_r else 0.0))  # (..., 1)
+    x_hat = x / r  # (..., D)
+    u = x_hat * weight  # (..., D): what the sublayer reads
+    gu = g @ (proj.transpose(-2, -1) if transpose_proj else proj)  # (..., D): ∂L/∂u
+    if transpose_norm:  # Jᵀ gu: the gain first, then the projection
+        wg = weight * gu
+        dot = (x_hat * wg).mean(-1, keepdim=True) if over_d else (x_hat * wg).sum(-1, keepdim=True)
+        through_norm = (wg - sign * (x_hat * dot if projection else 0.0)) / r
+    else:  # J gu: the projection first, the gain after
+        dot = (x_hat * gu).mean(-1, keepdim=True)
+        through_norm = weight * (gu - x_hat * dot) / r
+    grad_x = (g if identity else 0.0) + through_norm
+    reads = {"u": u, "x": x, "x_hat": x_hat}[grad_proj].reshape(-1, d)  # (P, D)
+    grad_w = reads.transpose(0, 1) @ g.reshape(-1, d)  # (D, D): summed over every position
+    return grad_x, (grad_w.transpose(0, 1) if proj_t else grad_w)
+
+
+def _backward_cases(gen) -> list[Case]:
+    f64, f32 = torch.float64, torch.float32
+    hand = (torch.tensor([3.0, 4.0], dtype=f64), torch.ones(2, dtype=f64), torch.eye(2, dtype=f64),
+            torch.tensor([1.0, 0.0], dtype=f64))
+    cases = [Case("x = (3, 4), weight = (1, 1), proj = the 2×2 identity, grad_out = (1, 0), eps = 0 (float64)",
+                  hand, {"eps": 0.0})]
+    for shape, dtype, scale, eps, note in [
+        ((8,), f64, 1.0, 1e-6, ""),
+        ((5, 6), f64, 2.0, 1e-6, ""),
+        ((2, 3, 8), f64, 1.0, 1e-5, ""),
+        ((4, 8), f64, 1e-3, 1e-6, " with mean(x²) comparable to eps"),
+        ((3, 7), f64, 1.0, 0.5, ", eps = 0.5"),
+        ((2, 4, 12), f32, 1.5, 1e-6, ""),
+    ]:
+        d = shape[-1]
+        x = _randn(gen, *shape, scale=scale, dtype=dtype)
+        weight = (1 + 0.5 * _randn(gen, d)).to(dtype)
+        proj = (_randn(gen, d, d) / math.sqrt(d)).to(dtype)
+        g = _randn(gen, *shape, dtype=dtype)
+        cases.append(Case(f"x: {describe(x)}{note}, random weight, proj ({d}, {d}) and grad_out of x's shape",
+                          (x, weight, proj, g), {"eps": eps}))
+    return cases
+
+
+def _backward_explain(got, want, case) -> str | None:
+    grad_x, grad_proj = got
+    if grad_proj.shape != want[1].shape:
+        return ("grad_proj must have proj's shape (D, D): the same matrix is applied at every position, so its "
+                "gradient sums the contributions of all of them (every leading dimension of x).")
+    if grad_x.shape != want[0].shape:
+        return "grad_x must have x's shape: it is ∂L/∂x, one number per entry of x."
+    return None
+
+
+def _bw(**knobs):
+    return lambda x, w, p, g, eps=1e-6: _backward(x, w, p, g, eps, **knobs)
+
+
+PRE_NORM_RESIDUAL_BACKWARD = Task(
+    name="pre_norm_residual_backward", reference=_backward_reference, cases=_backward_cases, seed=607,
+    rtol=1e-4, atol=1e-6,
+    output=TupleOutput([TensorOutput("the dtype of x"), TensorOutput("the dtype of proj")],
+                       ["grad_x", "grad_proj"]),
+    explain=_backward_explain,
+    mistakes=[
+        Mistake("grad_x has no identity term. The skip connection y = x + … passes grad_out straight through: "
+                "∂L/∂x = grad_out + (the gradient through the sublayer and the norm).", _bw(identity=False)),
+        Mistake("the gradient through the sublayer multiplies by proj instead of its transpose: for u ↦ u @ proj "
+                "the backward pass is grad_u = grad_out @ projᵀ.", _bw(transpose_proj=False)),
+        Mistake("through the norm you multiplied by J instead of Jᵀ. γ_i scales row i of the norm's Jacobian, so "
+                "in Jᵀ g it multiplies the incoming gradient before the projection: start from γ ⊙ grad_u.",
+                _bw(transpose_norm=False)),
+        Mistake("the norm is treated as a constant scale: r depends on x too, so the gradient through the norm "
+                "has a second term, the one through r (∂r/∂x_j = x_j / (D r)).", _bw(projection=False)),
+        Mistake("the term through r must average over the D features (a mean, not a sum): "
+                "∂r/∂x_j = x_j / (D r).", _bw(over_d=False)),
+        Mistake("the term through r has the wrong sign: increasing x_j increases r, which shrinks every "
+                "normalized entry, so it is subtracted.", _bw(sign=-1.0)),
+        Mistake("r must include ε: r = sqrt(mean(x²) + ε), as in the forward pass.", _bw(eps_in_r=False)),
+        Mistake("grad_proj uses x; proj multiplies what the sublayer reads, u = x / r · weight, so "
+                "∂L/∂proj = uᵀ grad_out summed over positions.", _bw(grad_proj="x")),
+        Mistake("grad_proj uses x / r without the gain: the sublayer reads u = x / r · weight.",
+                _bw(grad_proj="x_hat")),
+        Mistake("grad_proj is transposed: for u ↦ u @ proj, ∂L/∂proj[i, j] = Σ u_i grad_out_j, i.e. uᵀ @ "
+                "grad_out (rows index u's features).", _bw(proj_t=True)),
+    ],
+    forbid=Forbid(operations=("rms_norm", "layer_norm"), modules=_LIBRARY, autograd=True),
+    hint="Write y = x + u @ proj with u = x / r · weight, and apply the chain rule one step at a time: "
+         "grad_u from grad_out, then the norm's backward pass (chapter 5), then add the skip connection's "
+         "term.",
+)
+
+check_pre_norm_residual_backward = PRE_NORM_RESIDUAL_BACKWARD.checker(
+    """Check ``pre_norm_residual_backward(x, weight, proj, grad_out, eps=1e-6) -> (grad_x, grad_proj)`` for
+    y = x + (x / sqrt(mean(x²) + eps) · weight) @ proj, without autograd.""")
+
+
+# --- Task 3: residual-scaled initialisation (find and fix the bug) ---------------------------------------
 
 # Roles of the checker's models, in the order the measurement reports them.
 _WEIGHT_ROLES = ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down", "lm_head")
@@ -212,25 +309,32 @@ def _spec_model(spec: dict) -> _TinyLM:
                        spec["layer_norm"])
 
 
-def _by_role(model: nn.Module) -> dict[str, list[torch.Tensor]]:
+def _measure(model: nn.Module) -> torch.Tensor:
+    """Root-mean-square entry of every role's parameters together, (len(_ROLES),); −1 for absent roles."""
     groups: dict[str, list[torch.Tensor]] = {}
     for name, p in model.named_parameters():
-        groups.setdefault(_role(name), []).append(p.detach())
-    return groups
+        groups.setdefault(_role(name), []).append(p.detach().flatten().double())
+    return torch.tensor([torch.cat(groups[r]).pow(2).mean().sqrt().item() if r in groups else -1.0
+                         for r in _ROLES], dtype=torch.float64)
 
 
-def _measure(groups: dict[str, list[torch.Tensor]]) -> torch.Tensor:
-    """Root-mean-square entry of every role's parameters together, (len(_ROLES),); −1 for absent roles."""
-    return torch.tensor([torch.cat([p.flatten().double() for p in groups[r]]).pow(2).mean().sqrt().item()
-                         if r in groups else -1.0 for r in _ROLES], dtype=torch.float64)
+@functools.lru_cache(maxsize=16)
+def _defaults(spec_items: tuple) -> tuple[torch.Tensor, float]:
+    """What PyTorch's own initialisation leaves, per role, and the expected RMS of default biases."""
+    model = _spec_model(dict(spec_items))
+    total = count = 0
+    for m in model.modules():  # nn.Linear's default bias is U(±1/√fan_in): mean square 1/(3 fan_in)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            total += m.bias.numel() / (3 * m.in_features)
+            count += m.bias.numel()
+    return _measure(model), (math.sqrt(total / count) if count else 0.0)
 
 
 def _expected(spec: dict, *, factor=None, scaled_roles=("w_o", "w_down"), std=None, zero_bias=True,
               init_embed=True, init_linear=True, norm_gain=1.0) -> torch.Tensor:
-    """The RMS per role that an initialisation with these choices gives (0.02-style normals have RMS σ)."""
+    """The RMS per role that an initialisation with these choices gives (normal draws have RMS σ)."""
     std = spec["std"] if std is None else std
-    n = spec["n_layers"]
-    factor = 1 / math.sqrt(2 * n) if factor is None else factor
+    factor = 1 / math.sqrt(2 * spec["n_layers"]) if factor is None else factor
     default, default_bias = _defaults(tuple(sorted(spec.items())))
     out = []
     for i, role in enumerate(_ROLES):
@@ -249,23 +353,6 @@ def _expected(spec: dict, *, factor=None, scaled_roles=("w_o", "w_down"), std=No
     return torch.tensor(out, dtype=torch.float64)
 
 
-@functools.lru_cache(maxsize=16)
-def _defaults(spec_items: tuple) -> tuple[torch.Tensor, float]:
-    """What PyTorch's own initialisation leaves, per role, and the expected RMS of default biases."""
-    model = _spec_model(dict(spec_items))
-    return _measure(_by_role(model)), _default_bias_rms(model)
-
-
-def _default_bias_rms(model: nn.Module) -> float:
-    """nn.Linear's default bias is U(−1/√fan_in, 1/√fan_in): mean square 1/(3 fan_in) per entry."""
-    total, count = 0.0, 0
-    for m in model.modules():
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            total += m.bias.numel() / (3 * m.in_features)
-            count += m.bias.numel()
-    return math.sqrt(total / count) if count else 0.0
-
-
 def _spec_label(spec: dict) -> str:
     ffn = "SwiGLU FFN (w_gate, w_up, w_down)" if spec["gated"] else "FFN (w_up, w_down)"
     norm = "LayerNorm" if spec["layer_norm"] else "RMSNorm"
@@ -275,94 +362,183 @@ def _spec_label(spec: dict) -> str:
             f"std = {spec['std']:g}")
 
 
-def check_residual_scaled_init(residual_scaled_init_) -> None:
-    """Check ``residual_scaled_init_(model, n_layers, std=0.02)``: every nn.Linear weight ~ N(0, std²)
-    except w_o and w_down ~ N(0, std²/(2·n_layers)), linear biases 0, nn.Embedding ~ N(0, std²), norms
-    untouched. Checked statistically: the RMS of each role's parameters against the σ it should have."""
-    task = "residual_scaled_init_"
-    if not callable(residual_scaled_init_):
-        raise GradingError(f"{task} should be a function, but it is a {type(residual_scaled_init_).__name__}.")
-    base = dict(d=128, d_ff=256, vocab=256)  # every role has ≥ 16384 entries
-    specs = [  # N = 1 not first: there 1/√N and 1/√(2N)'s mistakes coincide with others
-        dict(base, n_layers=4, std=0.02, gated=False, bias=True, layer_norm=True, seed=2),
-        dict(base, n_layers=1, std=0.02, gated=True, bias=False, layer_norm=False, seed=1),
-        dict(base, n_layers=12, std=0.02, gated=True, bias=False, layer_norm=False, seed=3),
-        dict(base, n_layers=6, std=0.1, gated=True, bias=True, layer_norm=False, seed=4),
-        dict(base, n_layers=2, std=0.05, gated=False, bias=True, layer_norm=False, seed=5),
-    ]
-    cases = [Case(_spec_label(s), (s,)) for s in specs]
+_BASE = dict(d=128, d_ff=256, vocab=256)  # every role has ≥ 16384 entries: its RMS is within ±5 % of σ
+_SPECS = [  # N = 1 not first: there 1/√N and 1/√(2N)'s mistakes coincide with others
+    dict(_BASE, n_layers=4, std=0.02, gated=False, bias=True, layer_norm=True, seed=2),
+    dict(_BASE, n_layers=1, std=0.02, gated=True, bias=False, layer_norm=False, seed=1),
+    dict(_BASE, n_layers=12, std=0.02, gated=True, bias=False, layer_norm=False, seed=3),
+    dict(_BASE, n_layers=6, std=0.1, gated=True, bias=True, layer_norm=False, seed=4),
+    dict(_BASE, n_layers=2, std=0.05, gated=False, bias=True, layer_norm=False, seed=5),
+]
 
-    def run(spec):
+
+def _run_init(student, spec):
+    """Build a fresh model (unwatched), let the student initialise it (watched), measure it (unwatched)."""
+    with paused():
         model = _spec_model(spec)
-        with torch.random.fork_rng(devices=[]):  # reproducible draws, the caller's generator untouched
-            torch.manual_seed(1000 + spec["seed"])
-            if spec["std"] == 0.02:
-                residual_scaled_init_(model, spec["n_layers"])
-            else:
-                residual_scaled_init_(model, spec["n_layers"], std=spec["std"])
-        return _measure(_by_role(model))
-
-    def reference(spec):
-        return _expected(spec)
-
-    mistakes = [
-        Mistake("the scale factor counts blocks, 1/√N. Each block has two residual branches (attention "
-                "and FFN), so 2N branches add to the stream: scale by 1/√(2N).",
-                lambda s: _expected(s, factor=1 / math.sqrt(s["n_layers"]))),
-        Mistake("you divided the standard deviation by 2N. It is the variance that shrinks by 1/(2N); the "
-                "standard deviation shrinks by 1/√(2N).",
-                lambda s: _expected(s, factor=1 / (2 * s["n_layers"]))),
-        Mistake("you multiplied by √(2N) instead of dividing: deep models need smaller residual projections.",
-                lambda s: _expected(s, factor=math.sqrt(2 * s["n_layers"]))),
-        Mistake("you scaled every linear layer. Only the residual output projections, w_o and w_down, "
-                "get σ/√(2N); all other matrices keep σ.",
-                lambda s: _expected(s, scaled_roles=_WEIGHT_ROLES)),
-        Mistake("you scaled the input projections (w_q, w_k, w_v, w_gate, w_up). The scaled matrices are "
-                "the ones that write into the residual stream: w_o and w_down.",
-                lambda s: _expected(s, scaled_roles=_INPUT_PROJECTIONS)),
-        Mistake("only w_down is scaled: the attention output projection w_o also writes into the residual "
-                "stream and needs σ/√(2N).",
-                lambda s: _expected(s, scaled_roles=("w_down",))),
-        Mistake("only w_o is scaled: the FFN's output projection w_down also writes into the residual "
-                "stream and needs σ/√(2N).",
-                lambda s: _expected(s, scaled_roles=("w_o",))),
-        Mistake("nothing is scaled: w_o and w_down must get σ/√(2N), not σ.",
-                lambda s: _expected(s, scaled_roles=())),
-        Mistake("the `std` argument is ignored: use it instead of 0.02.",
-                lambda s: _expected(s, std=0.02)),
-        Mistake("you re-initialised the norms' gains. RMSNorm and LayerNorm gains must keep their value "
-                "1 (initialise only nn.Linear and nn.Embedding weights).",
-                lambda s: _expected(s, norm_gain=s["std"])),
-        Mistake("you set the norms' gains to 0, which switches every norm off. Leave them at 1.",
-                lambda s: _expected(s, norm_gain=0.0)),
-        Mistake("the linear layers' biases keep PyTorch's default values: set them to 0.",
-                lambda s: _expected(s, zero_bias=False)),
-        Mistake("the embedding keeps PyTorch's default N(0, 1): initialise nn.Embedding weights with N(0, σ²).",
-                lambda s: _expected(s, init_embed=False)),
-        Mistake("the linear weights keep PyTorch's default initialisation: draw them from N(0, σ²).",
-                lambda s: _expected(s, init_linear=False)),
-    ]
-    forbidden = [
-        Forbidden(init_ref.gpt2_init_, "course_lib.init.gpt2_init_"),
-        Forbidden(init_ref.residual_std, "course_lib.init.residual_std"),
-    ]
-    try:
-        # the RMS of ≥ 16384 normal draws is within ±5 % of σ (9 standard errors) in practice always
-        check_function(run, reference, cases, task=task, mistakes=mistakes, forbidden=forbidden,
-                       rtol=0.05, atol=1e-7)
-    except GradingError as err:
-        if "returns wrong values" not in str(err):
-            raise
-        raise GradingError(_which_roles(run, reference, cases, task)) from None
+    with torch.random.fork_rng(devices=[]):  # reproducible draws, the caller's generator untouched
+        torch.manual_seed(1000 + spec["seed"])
+        if spec["std"] == 0.02:
+            student(model, spec["n_layers"])
+        else:
+            student(model, spec["n_layers"], std=spec["std"])
+    with paused():
+        return _measure(model)
 
 
-def _which_roles(run, reference, cases, task) -> str:
-    """The generic failure, made specific: which parameter roles have the wrong spread."""
-    for case in cases:
-        got, want = run(*case.args), reference(*case.args)
-        wrong = [role for role, g, w in zip(_ROLES, got, want)
-                 if not math.isclose(g.item(), w.item(), rel_tol=0.05, abs_tol=1e-7)]
-        if wrong:
-            return (f"{task} gives the wrong spread to these parameters for {case.label}: {', '.join(wrong)}. "
-                    f"Check which modules you initialise and with which standard deviation.")
-    return f"{task} gives results that vary from call to call; draw with torch's random functions only."
+_INIT_MISTAKES = [
+    Mistake("the norms' gains end at 0, as in the given version: the bug is not fixed yet. A norm whose gain "
+            "is 0 outputs zeros, so every sublayer reads zeros and writes a constant. Initialise the linear "
+            "and embedding weights and the linear biases; leave the norms' gains at 1.",
+            lambda s: _expected(s, norm_gain=0.0)),
+    Mistake("the scale factor counts blocks, 1/√N. Each block has two residual branches (attention and FFN), "
+            "so 2N branches add to the stream: scale by 1/√(2N).",
+            lambda s: _expected(s, factor=1 / math.sqrt(s["n_layers"]))),
+    Mistake("you divided the standard deviation by 2N. It is the variance that shrinks by 1/(2N); the "
+            "standard deviation shrinks by 1/√(2N).", lambda s: _expected(s, factor=1 / (2 * s["n_layers"]))),
+    Mistake("you multiplied by √(2N) instead of dividing: deep models need smaller residual projections.",
+            lambda s: _expected(s, factor=math.sqrt(2 * s["n_layers"]))),
+    Mistake("you scaled every linear layer. Only the residual output projections, w_o and w_down, get "
+            "σ/√(2N); all other matrices keep σ.", lambda s: _expected(s, scaled_roles=_WEIGHT_ROLES)),
+    Mistake("you scaled the input projections (w_q, w_k, w_v, w_gate, w_up). The scaled matrices are the ones "
+            "that write into the residual stream: w_o and w_down.",
+            lambda s: _expected(s, scaled_roles=_INPUT_PROJECTIONS)),
+    Mistake("only w_down is scaled: the attention output projection w_o also writes into the residual stream "
+            "and needs σ/√(2N).", lambda s: _expected(s, scaled_roles=("w_down",))),
+    Mistake("only w_o is scaled: the FFN's output projection w_down also writes into the residual stream and "
+            "needs σ/√(2N).", lambda s: _expected(s, scaled_roles=("w_o",))),
+    Mistake("nothing is scaled: w_o and w_down must get σ/√(2N), not σ.", lambda s: _expected(s, scaled_roles=())),
+    Mistake("the `std` argument is ignored: use it instead of 0.02.", lambda s: _expected(s, std=0.02)),
+    Mistake("you re-initialised the norms' gains. RMSNorm and LayerNorm gains must keep their value 1 "
+            "(initialise only nn.Linear and nn.Embedding parameters).", lambda s: _expected(s, norm_gain=s["std"])),
+    Mistake("the linear layers' biases keep PyTorch's default values: set them to 0.",
+            lambda s: _expected(s, zero_bias=False)),
+    Mistake("the embedding keeps PyTorch's default N(0, 1): initialise nn.Embedding weights with N(0, σ²).",
+            lambda s: _expected(s, init_embed=False)),
+    Mistake("the linear weights keep PyTorch's default initialisation: draw them from N(0, σ²).",
+            lambda s: _expected(s, init_linear=False)),
+]
+
+
+def _init_explain(got, want, case) -> str | None:
+    """Name the roles with the wrong spread, when no single catalogued mistake explains the result."""
+    (spec,) = case.args
+    for mistake in _INIT_MISTAKES:
+        wrong = mistake.compute(spec)
+        if torch.allclose(got, wrong, rtol=0.05, atol=1e-7) and not torch.allclose(wrong, want, rtol=0.05,
+                                                                                    atol=1e-7):
+            return None  # the core names it
+    bad = [role for role, g, w in zip(_ROLES, got.tolist(), want.tolist())
+           if not math.isclose(g, w, rel_tol=0.05, abs_tol=1e-7)]
+    return (f"these parameters get the wrong spread: {', '.join(bad)}. Check which modules you initialise and "
+            f"with which standard deviation.")
+
+
+RESIDUAL_SCALED_INIT = Task(
+    name="residual_scaled_init_", reference=_expected, seed=608,
+    cases=lambda gen: [Case(_spec_label(s), (s,)) for s in _SPECS],
+    run=_run_init, output=TensorOutput("float64 statistics"), rtol=0.05, atol=1e-7,
+    explain=_init_explain, mistakes=_INIT_MISTAKES,
+    forbid=Forbid(modules=(init_ref,)),
+)
+
+check_residual_scaled_init = RESIDUAL_SCALED_INIT.checker(
+    """Check ``residual_scaled_init_(model, n_layers, std=0.02)``: every nn.Linear weight ~ N(0, std²) except
+    w_o and w_down ~ N(0, std²/(2·n_layers)), linear biases 0, nn.Embedding ~ N(0, std²), norms untouched.
+    Checked statistically: the RMS of each role's parameters against the σ it should have.""")
+
+
+# --- Task 4: predictions -----------------------------------------------------------------------------------
+
+PREDICTION_KEYS = ("paths", "stream_rms", "post_norm_gradient", "concat_width")
+
+# Wrong predictions that reveal a specific misunderstanding, key by key.
+_WRONG_PREDICTIONS = {
+    "paths": [
+        (2.0 ** 6, "each residual *branch* is taken or skipped, and a block has two (attention and FFN): count "
+                   "branches, not blocks."),
+        (12.0, "that is the number of branches; a path chooses, for each branch, to go through it or skip it."),
+        (2.0 ** 12 - 1, "the path that skips every branch — the identity — is a path too."),
+    ],
+    "stream_rms": [
+        (9.0, "RMS values do not add: for uncorrelated updates the mean squares (variances) add."),
+        (math.sqrt(3.0), "count the writes: every block has two sublayers, and each adds its update."),
+        (1.0, "the stream of a pre-norm stack is never normalized: only the copies the sublayers read are."),
+        (5.0, "that is the mean square; the question asks for the root mean square."),
+    ],
+    "post_norm_gradient": [
+        (3.0 ** -21, "the norm brings every sum back to RMS 1, so each sublayer divides the gradient by the same "
+                     "3; the stream does not keep growing from one sublayer to the next."),
+        (1.0, "in post-norm the skip connection's identity also passes through the norm: the gradient is "
+              "divided by rms(x + b) at every sublayer."),
+        (3.0 ** 6, "the ratio is upside down: the gradient at the input is the smaller one."),
+        (3.0 ** -12, "each sublayer divides the gradient by rms(x + b) = 3 once: six sublayers, six factors."),
+    ],
+    "concat_width": [
+        (512.0 * 17, "each block appends two outputs (attention and FFN), not one."),
+        (512.0 * 32, "the embeddings are the first part of the stream, and stay in it."),
+        (512.0, "that is the width when the outputs are added; appending grows the stream with every write."),
+    ],
+}
+
+
+def _true_predictions() -> dict[str, float]:
+    n_blocks = 6
+    return {
+        "paths": float(2 ** (2 * n_blocks)),  # two branches per block, each taken or skipped
+        "stream_rms": math.sqrt(1.0 + 2 * 8 * 0.5 ** 2),  # 16 uncorrelated writes of RMS 0.5
+        "post_norm_gradient": 3.0 ** -6,  # rms(x + b) = sqrt(1 + 8) = 3 at each of 6 sublayers
+        "concat_width": float(512 * (1 + 2 * 16)),  # the embeddings and 32 writes of width 512
+    }
+
+
+def _predictions_reference() -> torch.Tensor:
+    truth = _true_predictions()
+    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
+
+
+def _read_predictions(student) -> torch.Tensor:
+    predictions = student()
+    if not isinstance(predictions, dict):
+        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
+                           f"it returns a {type(predictions).__name__}.")
+    missing = [k for k in PREDICTION_KEYS if k not in predictions]
+    if missing:
+        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
+    values = []
+    for key in PREDICTION_KEYS:
+        value = predictions[key]
+        if value is ... or value is None:
+            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
+        values.append(float(value))
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _close_enough(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-300)
+
+
+def _predictions_explain(got, want, case) -> str | None:
+    for i, key in enumerate(PREDICTION_KEYS):
+        g, w = float(got[i]), float(want[i])
+        if _close_enough(g, w):
+            continue
+        for value, why in _WRONG_PREDICTIONS[key]:
+            if _close_enough(g, value):
+                return f"`{key}`: {why}"
+        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
+    return None
+
+
+RESIDUAL_PREDICTIONS = Task(
+    name="predictions", reference=_predictions_reference, seed=609,
+    cases=lambda gen: [Case("your four predictions", ())],
+    run=_read_predictions, output=TensorOutput(), rtol=1e-3, atol=0.0, explain=_predictions_explain,
+)
+
+check_residual_predictions = RESIDUAL_PREDICTIONS.checker(
+    """Check ``predictions() -> dict``: the number of paths through 6 blocks, the RMS of a pre-norm stream
+    after 8 blocks of uncorrelated writes, a post-norm gradient ratio after 6 sublayers, and the width of a
+    concatenated stream.""")
