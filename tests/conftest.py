@@ -2,7 +2,9 @@
 selected test needs it, so that it overlaps the unit, grading and exercise tests (2 cores, one budget):
 
 - the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py);
-  it executes every chapter in the development environment, hidden asserts included;
+  it executes every chapter in the development environment, hidden asserts included. Its execution
+  cache is keyed on the notebooks only, so it is emptied first when course_lib has changed since the
+  last test build: every chapter is then checked against the library as it is now;
 - the Colab-like run of the reader notebooks and released exercises, tests/colab_run.py, in a fresh
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
@@ -13,6 +15,7 @@ The tests that wait for them run last: Colab, then the book, then the browser.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -45,8 +48,31 @@ def _wait(name: str, timeout: float) -> tuple[int, str]:
 # ------------------------------------------------------------------------------------------- book
 
 
+def course_lib_digest() -> str:
+    """SHA-256 of course_lib's files: what the chapters' executed outputs depend on besides themselves."""
+    files = sorted(p for p in (ROOT / "course_lib").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def forget_executions_of_an_older_course_lib() -> None:
+    """Empty the build's execution cache and Sphinx's saved environment (which would skip unchanged
+    notebooks altogether) if course_lib changed since the last test build."""
+    stamp = ROOT / "_build" / ".course_lib.sha256"
+    digest = course_lib_digest()
+    if not stamp.is_file() or stamp.read_text() != digest:
+        for cache in (".jupyter_cache", ".doctrees"):
+            shutil.rmtree(ROOT / "_build" / cache, ignore_errors=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest)
+
+
 def start_book_build() -> None:
     """Start `jupyter-book build . -W --keep-going` once, its output going to a temporary log file."""
+    if "book-build" not in _jobs:
+        forget_executions_of_an_older_course_lib()
     jb = pathlib.Path(sys.executable).parent / "jupyter-book"
     _start("book-build", [str(jb), "build", ".", "-W", "--keep-going"])
 
