@@ -8,32 +8,6 @@ points of the matching test cell. A new assignment must add its entries here (a 
 """
 
 MISTAKES: dict[str, dict[str, str]] = {
-    "02_embeddings_and_positions": {
-        # sin and cos swapped: cosines in the even columns
-        "sinusoidal-answer": '''\
-def sinusoidal_encoding(positions, d_model, base=10000.0):
-    omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    angles = positions.to(torch.float64)[:, None] * omega
-    return torch.stack((torch.cos(angles), torch.sin(angles)), dim=-1).reshape(len(positions), d_model)
-''',
-        # interleaved pairs read correctly but written back as [all a, all b]
-        "rope-answer": '''\
-def apply_rope(x, cos, sin, pairing="half"):
-    half = x.shape[-1] // 2
-    if pairing == "half":
-        a, b = x[..., :half], x[..., half:]
-    else:
-        a, b = x[..., 0::2], x[..., 1::2]
-    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
-''',
-        # the power-of-two formula used for every head count
-        "alibi-answer": '''\
-def alibi_bias(n_heads, seq_len):
-    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)])
-    pos = torch.arange(seq_len)
-    return -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()
-''',
-    },
     "03_attention": {
         # the scores are not divided by sqrt(d_k)
         "attention-answer": '''\

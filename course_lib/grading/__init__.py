@@ -22,7 +22,8 @@ from .info_theory import (check_entropy, check_info_predictions, check_label_smo
 from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
 from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
-from .positional import check_alibi_bias, check_apply_rope, check_sinusoidal_encoding
+from .positional import (check_apply_rope, check_position_predictions, check_sinusoidal_encoding,
+                         check_sinusoidal_shift_matrix)
 from .residual import (check_pre_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
                        check_residual_scaled_init)
 
@@ -31,7 +32,8 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
            "check_swiglu", "check_gelu_tanh",
            "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
-           "check_sinusoidal_encoding", "check_apply_rope", "check_alibi_bias",
+           "check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
+           "check_position_predictions",
            "check_pre_norm_block", "check_post_norm_block", "check_residual_updates",
            "check_count_params", "check_crossover_length",
            "check_lm_forward", "check_next_token_probs", "check_greedy_generate",

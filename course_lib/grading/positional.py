@@ -1,62 +1,60 @@
-"""Checkers for exercise 02 (embeddings and positions): the sinusoidal encoding, RoPE's rotation
-with both pairings, and the ALiBi bias."""
+"""Checkers for exercise 02 (embeddings and positions).
+
+1. ``sinusoidal_encoding`` — implement the original Transformer's position vectors.
+2. ``sinusoidal_shift_matrix`` — extend them: build the linear map M_k with PE(p + k) = PE(p) M_k.
+3. ``apply_rope`` — find and fix the bug in a given RoPE with both pairings.
+4. ``predictions`` — predict numbers about ALiBi, the sinusoidal encoding and RoPE before computing them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import sys
 
 import torch
 
 from .. import positional as ref
-from ._core import Case, Forbidden, Mistake, check_function, describe
+from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, describe
 
-__all__ = ["check_sinusoidal_encoding", "check_apply_rope", "check_alibi_bias"]
+__all__ = ["check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
+           "check_position_predictions"]
 
-
-def _third_party(module_name: str, names: list[str]) -> list[Forbidden]:
-    """Forbid functions of a library only if it is already imported: a student who calls them must
-    have imported it, and the checker then costs nothing when it is not."""
-    module = sys.modules.get(module_name)
-    if module is None:
-        return []
-    return [Forbidden(getattr(module, name), f"{module_name}.{name}") for name in names
-            if callable(getattr(module, name, None)) and hasattr(getattr(module, name), "__code__")]
+_F64, _F32 = torch.float64, torch.float32
 
 
 # --- Task 1: sinusoidal encoding ------------------------------------------------------------------
 
-_SIN_RTOL, _SIN_ATOL = 1e-4, 1e-3  # float32 angles p·ω at p ≤ 1000 are off by ~1e-4 at most
-
-
 def _sinusoidal(positions, d_model, base=10000.0, *, omega=None, layout="interleaved", swap=False):
-    """The encoding with one knob turned: ``omega(two_i, d_model, base)`` sets the frequencies."""
-    pos = positions.to(torch.float64)  # (T,)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    """The encoding with one knob turned (float32, like the reference): ``omega(two_i, d_model, base)``
+    sets the frequencies."""
+    pos = positions.to(_F64)  # (T,)
+    two_i = torch.arange(0, d_model, 2, dtype=_F64)  # (D/2,)
     w = base ** (-two_i / d_model) if omega is None else omega(two_i, d_model, base)
     angles = pos[:, None] * w  # (T, D/2)
     first, second = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     if layout == "concatenated":
-        return torch.cat((first, second), dim=-1)  # (T, D)
-    return torch.stack((first, second), dim=-1).flatten(-2)  # (T, D)
+        out = torch.cat((first, second), dim=-1)  # (T, D)
+    else:
+        out = torch.stack((first, second), dim=-1).flatten(-2)  # (T, D)
+    return out.to(_F32)
 
 
 def _per_column_frequency(positions, d_model, base=10000.0):
     """Column j uses base^(−j/D) (its own index) instead of the pair's 2i: odd columns are off."""
-    pos = positions.to(torch.float64)[:, None]  # (T, 1)
-    j = torch.arange(d_model, dtype=torch.float64)  # (D,)
+    pos = positions.to(_F64)[:, None]  # (T, 1)
+    j = torch.arange(d_model, dtype=_F64)  # (D,)
     angles = pos * base ** (-j / d_model)  # (T, D)
-    return torch.where(j % 2 == 0, angles.sin(), angles.cos())
+    return torch.where(j % 2 == 0, angles.sin(), angles.cos()).to(_F32)
 
 
 def _reference_sinusoidal(positions, d_model, base=10000.0):
-    return ref.sinusoidal_encoding(positions, d_model, base, dtype=torch.float64)
+    return ref.sinusoidal_encoding(positions, d_model, base, dtype=_F32)
 
 
-def check_sinusoidal_encoding(sinusoidal_encoding) -> None:
-    """Check ``sinusoidal_encoding(positions, d_model, base=10000.0)`` -> (T, d_model):
-    PE[p, 2i] = sin(p ω_i), PE[p, 2i+1] = cos(p ω_i), ω_i = base^(−2i/d_model)."""
-    cases = [
+def _sinusoidal_cases(gen) -> list[Case]:
+    return [
         Case("positions 0…7 (int64, shape (8,)), d_model 4", (torch.arange(8), 4)),
         Case("positions 0…49 (int64, shape (50,)), d_model 16", (torch.arange(50), 16)),
         Case("positions 0…5 (int64, shape (6,)), d_model 2 (a single sin/cos pair)", (torch.arange(6), 2)),
@@ -64,16 +62,22 @@ def check_sinusoidal_encoding(sinusoidal_encoding) -> None:
              (torch.arange(100, 132), 32)),
         Case("positions 0…19 (int64, shape (20,)), d_model 8, base 100", (torch.arange(20), 8), {"base": 100.0}),
         Case("unsorted positions (int64, shape (5,)), d_model 12", (torch.tensor([7, 0, 3, 999, 42]), 12)),
-        Case("positions 0…63 (float64, shape (64,)), d_model 64", (torch.arange(64, dtype=torch.float64), 64)),
+        Case("positions 0…63 (float32, shape (64,)), d_model 64", (torch.arange(64, dtype=_F32), 64)),
         Case("positions 0…9 (int64, shape (10,)), d_model 10 (D/2 is odd)", (torch.arange(10), 10)),
     ]
 
-    def ignores_positions(positions, d_model, base=10000.0):
-        return _reference_sinusoidal(torch.arange(positions.shape[0]), d_model, base)
 
-    mistakes = [
-        Mistake("sin and cos are swapped: even columns 2i must hold sin(p·ω_i) and odd columns 2i+1 "
-                "cos(p·ω_i).", lambda p, d, base=10000.0: _sinusoidal(p, d, base, swap=True)),
+def _ignores_positions(positions, d_model, base=10000.0):
+    return _reference_sinusoidal(torch.arange(positions.shape[0]), d_model, base)
+
+
+SINUSOIDAL = Task(
+    name="sinusoidal_encoding", reference=_reference_sinusoidal, cases=_sinusoidal_cases, seed=201,
+    rtol=1e-4, atol=1e-3,  # float32 angles p·ω at p ≤ 1000 are off by ~1e-4 at most
+    output=TensorOutput("float32, torch's default dtype, whatever the positions' dtype"),
+    mistakes=[
+        Mistake("sin and cos are swapped: even columns 2i hold sin(p·ω_i) and odd columns 2i+1 cos(p·ω_i).",
+                lambda p, d, base=10000.0: _sinusoidal(p, d, base, swap=True)),
         Mistake("the layout: you put all the sines first and all the cosines after them. The paper "
                 "interleaves them: column 2i is sin(p·ω_i) and column 2i+1 is cos(p·ω_i), the same ω_i.",
                 lambda p, d, base=10000.0: _sinusoidal(p, d, base, layout="concatenated")),
@@ -88,20 +92,75 @@ def check_sinusoidal_encoding(sinusoidal_encoding) -> None:
         Mistake("the `base` argument is ignored: you always use 10000.",
                 lambda p, d, base=10000.0: _reference_sinusoidal(p, d, 10000.0)),
         Mistake("you ignored the `positions` tensor and encoded 0, 1, …, T−1. Encode the given positions.",
-                ignores_positions),
-    ]
-    forbidden = [
-        Forbidden(ref.sinusoidal_encoding, "course_lib.positional.sinusoidal_encoding"),
-        Forbidden(ref.sinusoidal_shift_matrix, "course_lib.positional.sinusoidal_shift_matrix"),
-    ]
-    check_function(sinusoidal_encoding, _reference_sinusoidal, cases, task="sinusoidal_encoding",
-                   mistakes=mistakes, forbidden=forbidden, rtol=_SIN_RTOL, atol=_SIN_ATOL)
+                _ignores_positions),
+    ],
+    forbid=Forbid(modules=(ref,)),
+)
+
+check_sinusoidal_encoding = SINUSOIDAL.checker(
+    """Check ``sinusoidal_encoding(positions, d_model, base=10000.0)`` -> (T, d_model) float32:
+    PE[p, 2i] = sin(p ω_i), PE[p, 2i+1] = cos(p ω_i), ω_i = base^(−2i/d_model).""")
 
 
-# --- Task 2: apply_rope ---------------------------------------------------------------------------
+# --- Task 2: the shift matrix ---------------------------------------------------------------------
 
-_ROPE_RTOL, _ROPE_ATOL = 1e-4, 1e-5
+def _shift(k, d_model, base=10000.0, *, transpose=False, angle="k", exponent="2i", layout="interleaved",
+           sin_terms=True):
+    """M_k with one knob turned (float64)."""
+    two_i = torch.arange(0, d_model, 2, dtype=_F64)  # (D/2,)
+    omega = base ** (-(two_i if exponent == "2i" else two_i / 2) / d_model)  # (D/2,)
+    phi = (k if angle == "k" else 1.0) * omega  # (D/2,)
+    c, s = torch.cos(phi), torch.sin(phi) if sin_terms else torch.zeros_like(phi)
+    m = torch.zeros(d_model, d_model, dtype=_F64)
+    half = d_model // 2
+    a = torch.arange(0, d_model, 2) if layout == "interleaved" else torch.arange(half)
+    b = a + 1 if layout == "interleaved" else a + half
+    # row vectors: (sin', cos') = (sin, cos) [[c, −s], [s, c]]
+    m[a, a], m[a, b], m[b, a], m[b, b] = c, -s, s, c
+    return m.T.contiguous() if transpose else m
 
+
+def _shift_cases(gen) -> list[Case]:
+    cases = []
+    for k, d, base, note in [(1, 2, 10000.0, " (one pair)"), (1, 4, 10000.0, ""), (7, 8, 10000.0, ""),
+                             (-20, 16, 10000.0, " (a negative shift)"), (0, 6, 10000.0, " (no shift)"),
+                             (3, 12, 100.0, ", base 100"), (2.5, 10, 10000.0, " (a fractional shift)"),
+                             (50, 64, 10000.0, "")]:
+        kw = {"base": base} if base != 10000.0 else {}
+        cases.append(Case(f"k = {k}, d_model {d}{note}", (k, d), kw))
+    return cases
+
+
+SHIFT_MATRIX = Task(
+    name="sinusoidal_shift_matrix", reference=lambda k, d, base=10000.0: ref.sinusoidal_shift_matrix(k, d, base),
+    cases=_shift_cases, seed=202, rtol=1e-7, atol=1e-9,
+    output=TensorOutput("float64, as the task says"),
+    mistakes=[
+        Mistake("your matrix is the transpose of M_k (a rotation by −kω_i for row vectors): within each 2 × 2 "
+                "block the signs of the sin terms are swapped. Check the block on the pair (sin pω, cos pω) "
+                "with the addition formulas.", lambda k, d, base=10000.0: _shift(k, d, base, transpose=True)),
+        Mistake("the angle of each block must be k·ω_i, the shift times the pair's frequency: your blocks "
+                "turn by ω_i whatever k is.", lambda k, d, base=10000.0: _shift(k, d, base, angle="one")),
+        Mistake("the frequency exponent: ω_i = base^(−2i/d_model), where 2i is the even column of pair i. "
+                "You used i instead of 2i.", lambda k, d, base=10000.0: _shift(k, d, base, exponent="i")),
+        Mistake("the blocks sit on the wrong coordinates: the encoding interleaves its pairs (columns 2i and "
+                "2i+1), so block i occupies rows and columns 2i, 2i+1 — not i and i + d_model/2.",
+                lambda k, d, base=10000.0: _shift(k, d, base, layout="half")),
+        Mistake("the sin terms are missing: a shift turns each pair, it does not only scale it by cos(kω_i). "
+                "Each 2 × 2 block is a rotation.", lambda k, d, base=10000.0: _shift(k, d, base, sin_terms=False)),
+        Mistake("the `base` argument is ignored: you always use 10000.",
+                lambda k, d, base=10000.0: _shift(k, d, 10000.0)),
+    ],
+    forbid=Forbid(modules=(ref,)),
+    hint="Apply your matrix to a few rows of the encoding and compare with the encoding at p + k.",
+)
+
+check_sinusoidal_shift_matrix = SHIFT_MATRIX.checker(
+    """Check ``sinusoidal_shift_matrix(k, d_model, base=10000.0)`` -> (d_model, d_model) float64 with
+    PE(p + k) = PE(p) · M_k for every position p (row vectors).""")
+
+
+# --- Task 3: apply_rope (find and fix the bug) ----------------------------------------------------
 
 def _pairs(x, pairing):
     half = x.shape[-1] // 2
@@ -116,11 +175,12 @@ def _unpair(a, b, pairing):
     return torch.stack((a, b), dim=-1).flatten(-2)
 
 
-def _rope(x, cos, sin, pairing="half", *, pick=None, put=None, sin_sign=1.0, use_sin=True):
+def _rope(x, cos, sin, pairing="half", *, pick=None, put=None, sin_sign=1.0, use_sin=True, swap=False):
     """RoPE with one knob turned: which pairs are read (pick), how results are written (put)."""
     a, b = _pairs(x, pick or pairing)
-    s = sin * sin_sign if use_sin else torch.zeros_like(sin)
-    return _unpair(a * cos - b * s, a * s + b * cos, put or pick or pairing)
+    c, s = (sin, cos) if swap else (cos, sin)
+    s = s * sin_sign if use_sin else torch.zeros_like(s)
+    return _unpair(a * c - b * s, a * s + b * c, put or pick or pairing).type_as(x)
 
 
 def _mixed_tables(x, cos, sin, pairing="half"):
@@ -132,11 +192,11 @@ def _mixed_tables(x, cos, sin, pairing="half"):
     else:  # tables concatenated (θ0 θ1 … θ0 θ1 …) with the pairwise rotation (−x[2i+1], x[2i])
         c, s = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
         rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-    return x * c + rotated * s
+    return (x * c + rotated * s).type_as(x)
 
 
-def _rope_case(gen, shape, pairing, *, start=0, per_sequence=False, dtype=torch.float64, theta=10000.0):
-    x = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+def _rope_case(gen, shape, pairing, *, start=0, per_sequence=False, dtype=_F64, theta=10000.0):
+    x = torch.randn(shape, generator=gen, dtype=_F64).to(dtype)
     T, head_dim = shape[-2], shape[-1]
     if per_sequence:  # (B, T): each sequence at its own offset, tables (B, 1, T, D_h/2)
         offsets = torch.randint(0, 500, (shape[0], 1), generator=gen)
@@ -146,17 +206,12 @@ def _rope_case(gen, shape, pairing, *, start=0, per_sequence=False, dtype=torch.
         positions = torch.arange(start, start + T)
         where = f"positions {start}…{start + T - 1}"
     cos, sin = ref.rope_cos_sin(positions, head_dim, theta, dtype=dtype)
-    label = (f"x {describe(x)}, pairing {pairing!r}, {where}, cos/sin tables of shape "
-             f"{tuple(cos.shape)}")
+    label = f"x {describe(x)}, pairing {pairing!r}, {where}, cos/sin tables of shape {tuple(cos.shape)}"
     return Case(label, (x, cos, sin), {"pairing": pairing})
 
 
-def check_apply_rope(apply_rope) -> None:
-    """Check ``apply_rope(x, cos, sin, pairing="half")``: every pair (a, b) of x becomes
-    (a cos − b sin, a sin + b cos); pairs are (x[i], x[i + D_h/2]) for "half" and
-    (x[2i], x[2i+1]) for "interleaved"; cos/sin have D_h/2 columns."""
-    gen = torch.Generator().manual_seed(202)
-    cases = [
+def _rope_cases(gen) -> list[Case]:
+    return [
         _rope_case(gen, (4, 2), "half", start=1),
         _rope_case(gen, (2, 3, 6, 8), "half"),
         _rope_case(gen, (2, 3, 6, 8), "interleaved"),
@@ -164,121 +219,186 @@ def check_apply_rope(apply_rope) -> None:
         _rope_case(gen, (1, 2, 5, 16), "interleaved", start=100),
         _rope_case(gen, (2, 4, 7, 32), "half", per_sequence=True),
         _rope_case(gen, (2, 4, 7, 32), "interleaved", per_sequence=True),
-        _rope_case(gen, (3, 9, 64), "interleaved", dtype=torch.float32, theta=500000.0),
-        _rope_case(gen, (3, 9, 64), "half", dtype=torch.float32, theta=500000.0),
+        _rope_case(gen, (3, 9, 64), "interleaved", dtype=_F32, theta=500000.0),
+        _rope_case(gen, (3, 9, 64), "half", dtype=_F32, theta=500000.0),
     ]
-    def reads(wrong_pairs, when):
-        def compute(x, c, s, pairing="half"):
-            if pairing != when:
-                raise ValueError("this mistake shows only for the other pairing")
-            return _rope(x, c, s, pick=wrong_pairs)
-        return compute
 
-    mistakes = [
-        Mistake("with pairing='half' you paired x[2i] with x[2i+1], the 'interleaved' pairing. 'half' "
-                "pairs x[i] with x[i + D_h/2] (Hugging Face); 'interleaved' pairs x[2i] with x[2i+1] "
-                "(Meta). Check that each value of `pairing` selects its own pairs.",
-                reads("interleaved", when="half")),
+
+def _reads(wrong_pairs, when):
+    def compute(x, c, s, pairing="half"):
+        if pairing != when:
+            raise ValueError("this mistake shows only for the other pairing")
+        return _rope(x, c, s, pick=wrong_pairs)
+    return compute
+
+
+def _given_rope(x, cos, sin, pairing="half"):
+    return _rope(x, cos, sin, pairing, put="half")
+
+
+APPLY_ROPE = Task(
+    name="apply_rope", reference=ref.apply_rope, cases=_rope_cases, seed=203, rtol=1e-4, atol=1e-5,
+    mistakes=[
+        Mistake("this is still what the given version computes: with pairing='interleaved' it reads the pairs "
+                "(x[2i], x[2i+1]) correctly but writes the results back as [all first coordinates, all second "
+                "coordinates]. Each rotated pair must go back to the places 2i, 2i+1 it came from.", _given_rope),
+        Mistake("with pairing='half' you paired x[2i] with x[2i+1], the 'interleaved' pairing. 'half' pairs "
+                "x[i] with x[i + D_h/2] (Hugging Face); check that each value of `pairing` selects its own "
+                "pairs.", _reads("interleaved", when="half")),
         Mistake("with pairing='interleaved' you paired x[i] with x[i + D_h/2], the 'half' pairing. "
-                "'interleaved' pairs x[2i] with x[2i+1] (Meta); 'half' pairs x[i] with x[i + D_h/2] "
-                "(Hugging Face). Check that each value of `pairing` selects its own pairs.",
-                reads("half", when="interleaved")),
-        Mistake("the rotation goes the wrong way: a pair (a, b) becomes (a cos − b sin, a sin + b cos); "
-                "your signs of the sin terms are flipped (a rotation by −θ).",
+                "'interleaved' pairs x[2i] with x[2i+1] (Meta); check that each value of `pairing` selects its "
+                "own pairs.", _reads("half", when="interleaved")),
+        Mistake("the rotation goes the wrong way: your signs of the sin terms are flipped (a rotation by −θ). "
+                "Position 0 cannot show this; a pair at position 1 can.",
                 lambda x, c, s, pairing="half": _rope(x, c, s, pairing, sin_sign=-1.0)),
-        Mistake("the sin terms are missing: multiplying by cos alone shrinks vectors instead of rotating "
-                "them. Each pair needs (a cos − b sin, a sin + b cos).",
+        Mistake("the sin terms are missing: multiplying by cos alone shrinks vectors instead of rotating them.",
                 lambda x, c, s, pairing="half": _rope(x, c, s, pairing, use_sin=False)),
-        Mistake("with pairing='interleaved' you read the pairs (x[2i], x[2i+1]) correctly but wrote the "
-                "results back as [all first coordinates, all second coordinates]. Put each rotated pair "
-                "back at positions 2i and 2i+1 (torch.stack(..., dim=-1).flatten(-2)).",
-                lambda x, c, s, pairing="half": _rope(x, c, s, pairing, put="half")),
+        Mistake("cos and sin are swapped: at position 0 (angle 0) the rotation must be the identity.",
+                lambda x, c, s, pairing="half": _rope(x, c, s, pairing, swap=True)),
         Mistake("your tables and your rotation follow different pairings. For 'half', coordinates i and "
                 "i + D_h/2 share the angle θ_i: widen the tables with torch.cat((cos, cos), -1), not "
                 "repeat_interleave; for 'interleaved' it is the other way round.", _mixed_tables),
-    ]
-    forbidden = [
-        Forbidden(ref.apply_rope, "course_lib.positional.apply_rope"),
-        Forbidden(ref.apply_rope_reference, "course_lib.positional.apply_rope_reference"),
-        Forbidden(ref.rope_rotation_matrix, "course_lib.positional.rope_rotation_matrix"),
-        *_third_party("transformers.models.llama.modeling_llama", ["apply_rotary_pos_emb", "rotate_half"]),
-    ]
-    check_function(apply_rope, ref.apply_rope, cases, task="apply_rope", mistakes=mistakes,
-                   forbidden=forbidden, rtol=_ROPE_RTOL, atol=_ROPE_ATOL)
+    ],
+    forbid=Forbid(modules=(ref,)),
+    hint="Rotate the vector (1, 2, 3, 4) at position 1 by hand for both pairings and compare line by line.",
+)
+
+_apply_rope_doc = (
+    """Check ``apply_rope(x, cos, sin, pairing="half")``: every pair (a, b) of x becomes
+    (a cos − b sin, a sin + b cos); pairs are (x[i], x[i + D_h/2]) for "half" and (x[2i], x[2i+1]) for
+    "interleaved", written back where they came from; cos/sin have D_h/2 columns; x's dtype.""")
 
 
-# --- Task 3: ALiBi bias ---------------------------------------------------------------------------
-
-_ALIBI_RTOL, _ALIBI_ATOL = 1e-5, 1e-6
-
-
-def _geometric(n, first_exponent=1):
-    return [2.0 ** (-8.0 * (h + first_exponent) / n) for h in range(n)]
-
-
-def _slopes(n_heads, *, rule="paper", first_exponent=1, extra_start=0):
-    if rule == "geometric":  # the power-of-two formula used for every H
-        return torch.tensor(_geometric(n_heads, first_exponent), dtype=torch.float64)
-    closest = 2 ** math.floor(math.log2(n_heads))
-    slopes = _geometric(closest, first_exponent)
-    if closest < n_heads:
-        slopes += _geometric(2 * closest, first_exponent)[extra_start::2][: n_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float64)
+def _third_party() -> tuple[tuple, ...]:
+    """Hugging Face's RoPE helpers, forbidden when they are imported (a student who calls them must have
+    imported them; when they are not, watching them costs nothing)."""
+    module = sys.modules.get("transformers.models.llama.modeling_llama")
+    if module is None:
+        return ()
+    return tuple((getattr(module, name), f"transformers' `{name}`") for name in ("apply_rotary_pos_emb", "rotate_half")
+                 if callable(getattr(module, name, None)))
 
 
-def _bias(slopes, seq_len, distance="abs"):
-    i = torch.arange(seq_len, dtype=torch.float64)
-    diff = i[:, None] - i[None, :]  # (T, T): i − j
-    d = {"abs": diff.abs(), "i-j": diff, "j-i": -diff}[distance]
-    return -slopes[:, None, None] * d  # (H, T, T)
+def check_apply_rope(apply_rope) -> None:
+    dataclasses.replace(APPLY_ROPE, forbid=Forbid(modules=(ref,), functions=_third_party())).check(apply_rope)
 
 
-def _reference_alibi(n_heads, seq_len):
-    slopes = ref.alibi_slopes(n_heads, dtype=torch.float64)
-    return ref.alibi_bias(slopes, seq_len)
+check_apply_rope.__doc__ = _apply_rope_doc
+check_apply_rope.task = APPLY_ROPE
 
 
-def check_alibi_bias(alibi_bias) -> None:
-    """Check ``alibi_bias(n_heads, seq_len)`` -> (n_heads, seq_len, seq_len): −m_h · |i − j| with the
-    ALiBi paper's slopes, for any number of heads."""
-    cases = [Case(f"n_heads {h}{note}, seq_len {t}", (h, t)) for h, t, note in [
-        (8, 5, " (a power of two)"), (1, 4, " (a single head)"), (4, 6, ""), (16, 3, ""),
-        (3, 5, " (not a power of two)"), (6, 7, " (not a power of two)"), (12, 4, " (not a power of two)"),
-        (20, 3, " (not a power of two)"), (5, 1, ""),
-    ]]
+# --- Task 4: predictions --------------------------------------------------------------------------
 
-    def with_slopes(**how):
-        return lambda n, t: _bias(_slopes(n, **how), t)
+PREDICTION_KEYS = ("alibi_12", "pe_self_dot", "rope_repeated_gap", "rope_period")
+_SIZES = {"alibi_12": 12, "pe_self_dot": 1, "rope_repeated_gap": 1, "rope_period": 1}
 
-    mistakes = [
-        Mistake("the sign: ALiBi *subtracts* m_h · |i − j|, so far-away keys get lower scores; your bias "
-                "rewards distance.", lambda n, t: -_reference_alibi(n, t)),
-        Mistake("the slopes start one step too early: the first head's slope is 2^(−8/H), not 2^0 = 1 "
-                "(the exponent is −8(h+1)/H for head h = 0, 1, …).", with_slopes(first_exponent=0)),
-        Mistake("for a number of heads that is not a power of two, the slopes are not the plain geometric "
-                "sequence 2^(−8(h+1)/H). Take the slopes of the largest power of two P < H, then add "
-                "every other slope of the 2P-head sequence, starting with its first.",
-                with_slopes(rule="geometric")),
-        Mistake("the extra heads (beyond the largest power of two P) take every other slope of the 2P-head "
-                "sequence starting with its *first* ([0::2]); you started with its second.",
-                with_slopes(extra_start=1)),
-        Mistake("the upper triangle (keys after the query, j > i) has the wrong sign: use the distance "
-                "|i − j|, so the bias is symmetric and never positive.",
-                lambda n, t: _bias(_slopes(n), t, "i-j")),
-        Mistake("the lower triangle (keys before the query, j < i) has the wrong sign: use the distance "
-                "|i − j|, so the bias is symmetric and never positive.",
-                lambda n, t: _bias(_slopes(n), t, "j-i")),
-        Mistake("the slopes are in reverse order: head 0 has the steepest slope, 2^(−8/H).",
-                lambda n, t: _bias(_slopes(n).flip(0), t)),
-        Mistake("you sorted the slopes. For a number of heads that is not a power of two, the paper keeps "
-                "the first P slopes (P the largest power of two below H) first and appends the extra ones "
-                "after them, unsorted.", lambda n, t: _bias(_slopes(n).sort(descending=True).values, t)),
-    ]
-    forbidden = [
-        Forbidden(ref.alibi_slopes, "course_lib.positional.alibi_slopes"),
-        Forbidden(ref.alibi_bias, "course_lib.positional.alibi_bias"),
-        *_third_party("transformers.models.bloom.modeling_bloom", ["_get_alibi_slopes", "build_alibi_tensor"]),
-        *_third_party("transformers.models.mpt.modeling_mpt", ["build_mpt_alibi_tensor"]),
-    ]
-    check_function(alibi_bias, _reference_alibi, cases, task="alibi_bias", mistakes=mistakes,
-                   forbidden=forbidden, rtol=_ALIBI_RTOL, atol=_ALIBI_ATOL)
+
+def _geometric(n, start=1):
+    return [2.0 ** (-8.0 * (h + start) / n) for h in range(n)]
+
+
+def _true_predictions() -> dict[str, list[float]]:
+    return {
+        "alibi_12": ref.alibi_slopes(12, dtype=_F64).tolist(),
+        # PE(p)·PE(p) = Σ_i sin² + cos² = D/2, at any p (here D = 128, p = 1000)
+        "pe_self_dot": [float(ref.sinusoidal_encoding(torch.tensor([1000]), 128, dtype=_F64)[0].pow(2).sum())],
+        "rope_repeated_gap": [0.0],  # identical tokens: identical values, outputs equal whatever the weights
+        "rope_period": [2 * math.pi],  # D_h = 2: one pair, θ_0 = 1 radian per position
+    }
+
+
+# Wrong predictions that reveal a specific misunderstanding, key by key (a list for alibi_12).
+_WRONG = {
+    "alibi_12": [
+        (_geometric(12), "the plain geometric rule 2^(−8(h+1)/H) holds only when H is a power of two. For 12 "
+                         "heads: the slopes of 8 heads, then extra ones from the 16-head sequence."),
+        (_geometric(8) + _geometric(16)[1::2][:4], "the extra 4 heads take every other slope of the 16-head "
+                                                    "sequence starting with its FIRST (its 1st, 3rd, 5th, 7th)."),
+        (sorted(_geometric(8) + _geometric(16)[0::2][:4], reverse=True),
+         "the slopes are not sorted: the 8 slopes of the 8-head rule come first, the 4 extra ones are "
+         "appended after them."),
+        (_geometric(8) + _geometric(16)[0::2][4:8], "the extra slopes are the FIRST four of every other "
+                                                     "slope of the 16-head sequence."),
+    ],
+    "pe_self_dot": [
+        (128.0, "each pair contributes sin² + cos² = 1, and there are D/2 pairs, not D coordinates' worth."),
+        (1.0, "the encoding is not a unit vector: each of its pairs has length 1."),
+        (64.0 ** 0.5, "that is the length ‖PE(p)‖; the dot product with itself is its square."),
+    ],
+    "rope_repeated_gap": [],
+    "rope_period": [
+        (1.0, "θ_0 = 1 is the angle per position; the score repeats when the angle has turned a full circle."),
+        (math.pi, "cos(α + Δ) repeats every 2π, not π."),
+        (360.0, "the angles are in radians: one full turn is 2π radians."),
+        (10000.0, "with D_h = 2 there is a single pair, i = 0, whose frequency is Θ^0 = 1 whatever Θ is."),
+    ],
+}
+
+
+def _predictions_reference() -> torch.Tensor:
+    truth = _true_predictions()
+    return torch.tensor([v for k in PREDICTION_KEYS for v in truth[k]], dtype=_F64)
+
+
+def _as_numbers(key, value) -> list[float]:
+    if value is ... or value is None:
+        raise GradingError(f"the prediction for '{key}' is still empty: replace ... with your answer.")
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if _SIZES[key] > 1:
+        if not isinstance(value, (list, tuple)) or len(value) != _SIZES[key]:
+            raise GradingError(f"the prediction for '{key}' should be a list of {_SIZES[key]} numbers, one "
+                               f"per head in head order.")
+        values = list(value)
+    else:
+        values = [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise GradingError(f"the prediction for '{key}' should hold numbers, but it holds a "
+                               f"{type(v).__name__}.")
+    return [float(v) for v in values]
+
+
+def _read_predictions(student) -> torch.Tensor:
+    predictions = student()
+    if not isinstance(predictions, dict):
+        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
+                           f"it returns a {type(predictions).__name__}.")
+    missing = [k for k in PREDICTION_KEYS if k not in predictions]
+    if missing:
+        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
+    return torch.tensor([v for k in PREDICTION_KEYS for v in _as_numbers(k, predictions[k])], dtype=_F64)
+
+
+def _near(got: list[float], want: list[float]) -> bool:
+    return all(abs(g - w) <= 1e-4 + 2e-3 * abs(w) for g, w in zip(got, want))
+
+
+def _predictions_explain(got, want, case) -> str | None:
+    start = 0
+    for key in PREDICTION_KEYS:
+        n = _SIZES[key]
+        g, w = got[start:start + n].tolist(), want[start:start + n].tolist()
+        start += n
+        if _near(g, w):
+            continue
+        for value, why in _WRONG[key]:
+            if _near(g, value if isinstance(value, list) else [value]):
+                return f"`{key}`: {why}"
+        if key == "rope_repeated_gap":
+            return ("`rope_repeated_gap`: RoPE rotates queries and keys, so it changes the attention weights; "
+                    "what do the value vectors of a repeated token look like, and what is any weighted average "
+                    "of them?")
+        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
+    return None
+
+
+POSITION_PREDICTIONS = Task(
+    name="predictions", reference=_predictions_reference, seed=204,
+    cases=lambda gen: [Case("your predictions", ())],
+    run=_read_predictions, output=TensorOutput(), rtol=2e-3, atol=1e-4, explain=_predictions_explain,
+)
+
+check_position_predictions = POSITION_PREDICTIONS.checker(
+    """Check ``predictions() -> dict``: ALiBi's 12 slopes, PE(p)·PE(p) at D = 128, the output gap of RoPE
+    attention on a repeated token, and the period of a D_h = 2 RoPE score.""")
