@@ -69,22 +69,6 @@ def residual_updates(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
     return attn(attn_norm(x), cos, sin), ffn(ffn_norm(x))
 ''',
     },
-    "08_counting": {
-        # attention counted as 4·D² (multi-head) whatever n_kv_heads says
-        "count-answer": '''\
-def count_params(config):
-    d = config.d_model
-    block = 4 * d * d + 3 * d * config.d_ff + 2 * d
-    tables = config.vocab_size * d * (1 if config.tie_embeddings else 2)
-    return config.n_layers * block + tables + d
-''',
-        # the softmax's 5 FLOPs per score left out of the attention core
-        "crossover-answer": '''\
-def crossover_length(config):
-    n_matrices = 3 if config.ffn == "swiglu" else 2
-    return n_matrices * 2 * config.d_model * config.d_ff / (config.n_heads * 4 * config.head_dim)
-''',
-    },
     "09_language_model": {
         # no final norm: the head reads the raw residual stream
         "forward-answer": '''\
