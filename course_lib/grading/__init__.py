@@ -15,7 +15,8 @@ from ._selfcheck import self_check
 from .attention import check_causal_mask, check_gqa_forward, check_scaled_dot_product_attention
 from .block import check_post_norm_block, check_pre_norm_block, check_residual_updates
 from .checkpointing import check_block_saved_bytes, check_saved_bytes
-from .counting import check_count_params, check_crossover_length
+from .counting import (check_count_params, check_counting_predictions, check_moe_params,
+                       check_window_core_flops)
 from .ffn import check_gelu_tanh, check_swiglu
 from .info_theory import (check_entropy, check_info_predictions, check_label_smoothed_cross_entropy,
                           check_logsumexp, check_soft_cross_entropy_grad)
@@ -35,7 +36,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
            "check_position_predictions",
            "check_pre_norm_block", "check_post_norm_block", "check_residual_updates",
-           "check_count_params", "check_crossover_length",
+           "check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions",
            "check_lm_forward", "check_next_token_probs", "check_greedy_generate",
            "check_saved_bytes", "check_block_saved_bytes",
            "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
