@@ -20,7 +20,8 @@ from .counting import (check_count_params, check_counting_predictions, check_moe
 from .ffn import check_gelu_tanh, check_swiglu
 from .info_theory import (check_entropy, check_info_predictions, check_label_smoothed_cross_entropy,
                           check_logsumexp, check_soft_cross_entropy_grad)
-from .kv_cache import check_attend_with_cache, check_kv_cache_bytes
+from .kv_cache import (check_attend_with_cache, check_attend_with_window, check_kv_cache_bytes,
+                       check_kv_cache_class, check_kv_predictions)
 from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import (check_apply_rope, check_position_predictions, check_sinusoidal_encoding,
@@ -41,6 +42,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_saved_bytes", "check_block_saved_bytes",
            "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions",
-           "check_kv_cache_bytes", "check_attend_with_cache"]
+           "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
+           "check_attend_with_window"]
 
 _display.install()
