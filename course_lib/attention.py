@@ -1,6 +1,7 @@
-"""Attention: scaled dot-product attention as explicit math and as PyTorch's fused kernel,
-causal masks built from positions, and grouped-query attention (multi-head attention when
-``n_kv_heads == n_heads``, multi-query attention when ``n_kv_heads == 1``).
+"""Attention: scaled dot-product attention as explicit math and as PyTorch's fused kernel, its
+backward pass by hand, causal and sliding-window masks built from positions, and grouped-query
+attention (multi-head attention when ``n_kv_heads == n_heads``, multi-query attention when
+``n_kv_heads == 1``).
 
 Conventions
 -----------
@@ -31,7 +32,9 @@ __all__ = [
     "IMPLEMENTATIONS",
     "causal_mask_from_positions",
     "causal_mask",
+    "sliding_window_mask",
     "attention_reference",
+    "attention_backward",
     "attention",
     "repeat_kv",
     "GroupedQueryAttention",
@@ -181,6 +184,29 @@ def causal_mask(
     return causal_mask_from_positions(q_pos, k_pos)  # (T, S)
 
 
+def sliding_window_mask(
+    n_queries: int, n_keys: int | None = None, *, window: int, offset: int | None = None,
+    device=None,
+) -> torch.Tensor:
+    """The causal sliding-window mask (T, S): the query at position i may attend to the key at
+    position j when ``i − window < j ≤ i`` — its own position and the ``window − 1`` before it,
+    at most ``window`` keys (Child et al., 2019; Beltagy et al., 2020; Mistral: Jiang et al.,
+    2023, with Hugging Face's count of ``window`` keys).
+
+    Positions as in :func:`causal_mask`: the T queries at ``offset … offset + T − 1`` (default
+    offset S − T, the last T positions), the S keys at ``0 … S − 1``. ``window ≥ S`` gives the
+    plain causal mask.
+    """
+    window = _check_int(window, "window", 1)
+    mask = causal_mask(n_queries, n_keys, offset=offset, device=device)  # (T, S): j ≤ i
+    n_keys = mask.shape[1]
+    first = n_keys - n_queries if offset is None else offset
+    q_pos = torch.arange(first, first + n_queries, device=device)  # (T,)
+    k_pos = torch.arange(n_keys, device=device)  # (S,)
+    recent = q_pos[:, None] - k_pos[None, :] < window  # (T, S): i − j < window
+    return mask & recent  # (T, S)
+
+
 # --- scaled dot-product attention ----------------------------------------------------
 
 def attention_reference(
@@ -214,6 +240,60 @@ def attention_reference(
     weights = weights.to(v.dtype)
     out = weights @ v  # (..., T, D_v): weighted averages of the values
     return (out, weights) if return_weights else out
+
+
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward pass of O = softmax(S) V, S = Q Kᵀ · scale (masked), given dO = ∂L/∂O:
+
+        P = softmax(S),    dV = Pᵀ dO,    dP = dO Vᵀ,
+        dS = P ⊙ (dP − rowsum(dP ⊙ P)),    dQ = dS K · scale,    dK = dSᵀ Q · scale.
+
+    Shapes as in :func:`attention_reference`; ``grad_out`` has the output's shape. Grouped
+    heads: k and v may have H_kv heads (dimension −3) for q's H, query head h reading kv head
+    h // (H / H_kv) as in :func:`repeat_kv`; then each kv head's dK and dV sum the
+    contributions of the H / H_kv query heads that share it. Returns (dQ, dK, dV) with the
+    shapes and dtypes of q, k and v; computed in at least float32. Blocked keys get weight 0
+    and so no gradient; a query with no allowed key gets none either.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("grad_out", grad_out)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() < 2:
+            raise TypeError(f"{name} must be a floating-point tensor of shape (..., length, "
+                            f"width)")
+    n_rep = 1
+    if q.dim() >= 3 and k.dim() == q.dim() and k.shape[-3] != q.shape[-3]:
+        if q.shape[-3] % k.shape[-3] != 0:
+            raise ValueError(f"the query heads ({q.shape[-3]}) must be a multiple of the "
+                             f"key/value heads ({k.shape[-3]})")
+        n_rep = q.shape[-3] // k.shape[-3]
+    k_full = k.repeat_interleave(n_rep, dim=-3) if n_rep > 1 else k  # (..., H, S, D_h)
+    v_full = v.repeat_interleave(n_rep, dim=-3) if n_rep > 1 else v  # (..., H, S, D_v)
+    _check_qkv(q, k_full, v_full)
+    if grad_out.shape != (*q.shape[:-1], v.shape[-1]):
+        raise ValueError(f"grad_out must have the output's shape "
+                         f"{(*q.shape[:-1], v.shape[-1])}, got {tuple(grad_out.shape)}")
+    if mask is not None:
+        _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q32, k32, v32, g32 = (t.to(dtype) for t in (q, k_full, v_full, grad_out))
+    _, p = attention_reference(q32, k32, v32, mask, return_weights=True, scale=scale)
+    grad_v = p.transpose(-2, -1) @ g32  # (..., S, D_v): Pᵀ dO
+    grad_p = g32 @ v32.transpose(-2, -1)  # (..., T, S): dO Vᵀ
+    grad_s = p * (grad_p - (grad_p * p).sum(-1, keepdim=True))  # (..., T, S): softmax'
+    grad_q = grad_s @ k32 * scale  # (..., T, D_h)
+    grad_k = grad_s.transpose(-2, -1) @ q32 * scale  # (..., S, D_h)
+    if n_rep > 1:  # kv head g serves query heads g·n_rep … g·n_rep + n_rep − 1: sum them
+        grad_k = grad_k.unflatten(-3, (k.shape[-3], n_rep)).sum(-3)  # (..., H_kv, S, D_h)
+        grad_v = grad_v.unflatten(-3, (v.shape[-3], n_rep)).sum(-3)  # (..., H_kv, S, D_v)
+    return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
 
 
 def attention(

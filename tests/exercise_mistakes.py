@@ -8,35 +8,6 @@ points of the matching test cell. A new assignment must add its entries here (a 
 """
 
 MISTAKES: dict[str, dict[str, str]] = {
-    "03_attention": {
-        # the scores are not divided by sqrt(d_k)
-        "attention-answer": '''\
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-''',
-        # the offset is ignored: queries aligned with the first keys, as with is_causal=True
-        "mask-answer": '''\
-def causal_mask(n_queries, n_keys, offset):
-    return torch.ones(n_queries, n_keys, dtype=torch.bool).tril()
-''',
-        # kv heads tiled with .repeat: query head h reads kv head h % n_kv_heads
-        "gqa-answer": '''\
-def gqa_forward(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads):
-    B, T, _ = x.shape
-    d_h = w_q.shape[0] // n_heads
-    n_rep = n_heads // n_kv_heads
-    q = (x @ w_q.T).view(B, T, n_heads, d_h).transpose(1, 2)
-    k = (x @ w_k.T).view(B, T, n_kv_heads, d_h).transpose(1, 2).repeat(1, n_rep, 1, 1)
-    v = (x @ w_v.T).view(B, T, n_kv_heads, d_h).transpose(1, 2).repeat(1, n_rep, 1, 1)
-    pos = torch.arange(T, device=x.device)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_h)).masked_fill(pos[:, None] < pos[None, :], float("-inf"))
-    out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, n_heads * d_h)
-    return out @ w_o.T
-''',
-    },
     "04_feed_forward": {
         # SiLU applied to the up projection instead of the gate
         "swiglu-answer": '''\

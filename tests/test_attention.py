@@ -155,6 +155,63 @@ def test_a_block_of_queries_at_an_offset_matches_the_full_computation(gen):
     torch.testing.assert_close(part, full[..., start:start + 2, :])
 
 
+def test_sliding_window_mask_is_the_definition():
+    for T, S, offset, window in [(5, 5, 0, 2), (2, 6, 4, 3), (2, 6, 1, 3), (7, 7, 0, 1), (3, 9, 6, 9), (4, 10, 3, 4)]:
+        mask = at.sliding_window_mask(T, S, window=window, offset=offset)
+        assert mask.dtype == torch.bool and mask.shape == (T, S)
+        for t in range(T):
+            i = offset + t
+            for j in range(S):
+                assert bool(mask[t, j]) == (i - window < j <= i), (T, S, offset, window, t, j)
+    assert torch.equal(at.sliding_window_mask(3, 8, window=2), at.sliding_window_mask(3, 8, window=2, offset=5))
+    assert torch.equal(at.sliding_window_mask(6, window=6), at.causal_mask(6))  # a window as long as the sequence
+    assert (at.sliding_window_mask(9, window=4).sum(-1) <= 4).all()  # at most `window` keys per query
+
+
+def test_sliding_window_mask_matches_hugging_face_mistral():
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    window, T = 3, 7
+    overlay = masking_utils.sliding_window_overlay(window)
+    want = torch.tensor([[j <= i and bool(overlay(0, 0, torch.tensor(i), torch.tensor(j))) for j in range(T)]
+                         for i in range(T)])
+    assert torch.equal(at.sliding_window_mask(T, window=window), want)
+
+
+# --- the backward pass by hand ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("H, H_kv, T, S, masked", [(1, 1, 5, 5, False), (4, 4, 3, 7, True), (4, 2, 6, 6, True),
+                                                    (6, 1, 4, 5, True), (6, 3, 5, 8, False)])
+def test_attention_backward_matches_autograd(H, H_kv, T, S, masked, gen):
+    q = randn(2, H, T, 8, gen=gen, dtype=torch.float64).requires_grad_()
+    k = randn(2, H_kv, S, 8, gen=gen, dtype=torch.float64).requires_grad_()
+    v = randn(2, H_kv, S, 4, gen=gen, dtype=torch.float64).requires_grad_()
+    grad_out = randn(2, H, T, 4, gen=gen, dtype=torch.float64)
+    mask = random_mask(2, 1, T, S, gen=gen) if masked else None
+    n_rep = H // H_kv
+    out = at.attention_reference(q, at.repeat_kv(k, n_rep), at.repeat_kv(v, n_rep), mask)
+    out.backward(grad_out)
+    grads = at.attention_backward(q.detach(), k.detach(), v.detach(), grad_out, mask)
+    for mine, leaf in zip(grads, (q, k, v)):
+        assert mine.shape == leaf.shape and mine.dtype == leaf.dtype
+        torch.testing.assert_close(mine, leaf.grad)
+
+
+def test_attention_backward_scale_dtype_and_an_empty_row(gen):
+    q, k, v = (randn(3, 4, 8, gen=gen).requires_grad_() for _ in range(3))
+    grad_out = randn(3, 4, 8, gen=gen)
+    mask = at.causal_mask(4).clone()
+    mask[1] = False  # query 1 may attend to nothing: output 0, and no gradient
+    at.attention_reference(q, k, v, mask, scale=0.3).backward(grad_out)
+    grads = at.attention_backward(q.detach(), k.detach(), v.detach(), grad_out, mask, scale=0.3)
+    for mine, leaf in zip(grads, (q, k, v)):
+        assert mine.dtype == torch.float32
+        torch.testing.assert_close(mine, leaf.grad)
+    assert (grads[0][:, 1] == 0).all()
+    # rowsum(dP ⊙ P) = rowsum(dO ⊙ O): the identity FlashAttention's backward uses
+    out, p = at.attention_reference(q.detach(), k.detach(), v.detach(), return_weights=True)
+    torch.testing.assert_close(((grad_out @ v.detach().transpose(-2, -1)) * p).sum(-1), (grad_out * out).sum(-1))
+
+
 # --- grouped-query attention ----------------------------------------------------------------------------
 
 def test_repeat_kv_grouping_is_h_floordiv_n_rep(gen):
@@ -354,6 +411,11 @@ V = torch.zeros(2, 5, 6)
         (lambda: at.causal_mask_from_positions(torch.arange(3.0), torch.arange(3)), TypeError, "q_pos must hold integer positions"),
         (lambda: at.repeat_kv(torch.zeros(2, 3, 4), 2), ValueError, "x must have shape (B, H_kv, S, D_h)"),
         (lambda: at.repeat_kv(torch.zeros(1, 2, 3, 4), 0), ValueError, "n_rep (0) must be at least 1"),
+        (lambda: at.sliding_window_mask(4, window=0), ValueError, "window (0) must be at least 1"),
+        (lambda: at.sliding_window_mask(4, 3, window=2), ValueError, "n_keys (3) must be at least n_queries (4)"),
+        (lambda: at.attention_backward(Q, K, V, torch.zeros(2, 3, 4)), ValueError, "grad_out must have the output's shape"),
+        (lambda: at.attention_backward(torch.zeros(1, 4, 3, 8), torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8),
+                                       torch.zeros(1, 4, 3, 8)), ValueError, "must be a multiple of the key/value heads"),
     ],
 )
 def test_bad_input_raises_a_clear_error(call, error, words):

@@ -12,7 +12,8 @@ Importing this package inside a notebook makes grading failures display as their
 from . import _display
 from ._core import GradingError
 from ._selfcheck import self_check
-from .attention import check_causal_mask, check_gqa_forward, check_scaled_dot_product_attention
+from .attention import (check_attention_backward, check_attention_predictions, check_gqa_forward,
+                        check_sliding_window_attention)
 from .block import check_post_norm_block, check_pre_norm_block, check_residual_updates
 from .checkpointing import check_block_saved_bytes, check_saved_bytes
 from .counting import (check_count_params, check_counting_predictions, check_moe_params,
@@ -31,7 +32,8 @@ from .residual import (check_pre_norm_residual, check_pre_norm_residual_backward
 
 __all__ = ["GradingError", "self_check", "check_entropy", "check_info_predictions", "check_logsumexp",
            "check_label_smoothed_cross_entropy", "check_soft_cross_entropy_grad",
-           "check_scaled_dot_product_attention", "check_causal_mask", "check_gqa_forward",
+           "check_sliding_window_attention", "check_gqa_forward", "check_attention_backward",
+           "check_attention_predictions",
            "check_swiglu", "check_gelu_tanh",
            "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
            "check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
