@@ -10,7 +10,6 @@ characters. Bad input ends with a one-line error and exit status 2.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -19,27 +18,7 @@ import torch
 from .data import CharTokenizer
 from .device import get_device
 from .training import CheckpointError, load_checkpoint, model_config_from_dict
-from .train import CHECKPOINT, _Parser, non_negative_int, positive_int
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number ≥ 0")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} must lie in (0, 1]")
-    return value
+from .train import CHECKPOINT, _Parser, non_negative_float, non_negative_int, positive_int, probability
 
 
 def parser() -> argparse.ArgumentParser:

@@ -39,24 +39,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def positive_int(text: str) -> int:
+def _parsed(text: str, kind: type, ok, rule: str):
+    """``kind(text)`` if ``ok`` holds for it, else an argparse error stating ``rule``."""
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text} {rule}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _parsed(text, int, lambda v: v >= 1, "must be at least 1")
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be non-negative")
-    return value
+    return _parsed(text, int, lambda v: v >= 0, "must be non-negative")
+
+
+def non_negative_float(text: str) -> float:
+    return _parsed(text, float, lambda v: v >= 0 and math.isfinite(v), "must be a finite number ≥ 0")
+
+
+def probability(text: str) -> float:
+    return _parsed(text, float, lambda v: 0 < v <= 1, "must lie in (0, 1]")
 
 
 def parser() -> argparse.ArgumentParser:
