@@ -19,7 +19,9 @@ def test_version():
 
 def test_core_dependencies_are_ranges_that_keep_colabs_torch():
     core = {Requirement(r).name: Requirement(r) for r in PYPROJECT["project"]["dependencies"]}
-    assert set(core) == {"torch", "numpy", "matplotlib"}
+    # tqdm draws the training progress bar (chapter 12); like everything outside torch, NumPy and
+    # matplotlib it is imported only when used (test_imports_only_the_allowed_libraries)
+    assert set(core) == {"torch", "numpy", "matplotlib", "tqdm"}
     assert all(not str(req.specifier).startswith("==") for req in core.values())
 
 
