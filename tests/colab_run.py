@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -124,7 +125,12 @@ def main(outdir: pathlib.Path, notebooks: list[str]) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _stop(signum, frame):
+    raise SystemExit(f"stopped by signal {signum}")  # runs main's cleanup: the environment is deleted
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
+    signal.signal(signal.SIGTERM, _stop)
     main(pathlib.Path(sys.argv[1]), sys.argv[2:])

@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,8 +35,9 @@ def _start(name: str, command: list[str], **kwargs) -> None:
     if name in _jobs:
         return
     log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
+    # its own process group, so that it can be stopped with its children (kernels) if pytest stops early
     _jobs[name] = (subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                    **kwargs), log)
+                                    start_new_session=True, **kwargs), log)
 
 
 def _wait(name: str, timeout: float) -> tuple[int, str]:
@@ -152,3 +154,15 @@ def pytest_collection_modifyitems(session, config, items):
         start_book_build()
     if browser:
         start_chromium_install()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop background work nobody waited for (an interrupted run, a failed collection, -x), except an
+    apt-get install, which is left to finish rather than leave dpkg half-configured."""
+    for name, (process, _) in _jobs.items():
+        if process.poll() is None and name != "chromium":
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
