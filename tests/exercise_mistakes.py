@@ -64,27 +64,6 @@ def greedy_generate(model, ids, max_new_tokens):
     return out
 ''',
     },
-    "10_kv_cache": {
-        # the query heads counted instead of the key/value heads
-        "bytes-answer": '''\
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    return 2 * n_layers * n_heads * head_dim * seq_len * batch * bytes_per_element
-''',
-        # attends over the cached positions only: the new keys and values are stored afterwards
-        "step-answer": '''\
-def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
-    B, H, T, D_h = q.shape
-    n_rep = H // k.shape[1]
-    end = length + T
-    q = rotate(q, cos[length:end], sin[length:end])
-    keys = cache_k[:, :, :length].repeat_interleave(n_rep, dim=1)
-    values = cache_v[:, :, :length].repeat_interleave(n_rep, dim=1)
-    out = torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
-    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
-    cache_v[:, :, length:end] = v
-    return out
-''',
-    },
     "11_memory_in_training": {
         # every save counted, each with the size of the saved view: no de-duplication, no whole storage
         "saved-bytes-answer": '''\
