@@ -1,18 +1,20 @@
-"""The decoder block: a norm, grouped-query attention and a feed-forward network around a residual stream.
+"""The decoder block: a norm, grouped-query attention and a feed-forward network around
+a residual stream.
 
 Pre-norm (Xiong et al., 2020; GPT-2 onwards, Llama, Mistral)::
 
-    h   = x + Attention(Norm₁(x))          # attention reads a normalised copy and adds its result
-    out = h + FFN(Norm₂(h))                # so does the FFN; the stream itself is never normalised
+    h   = x + Attention(Norm₁(x))   # attention reads a normalised copy, adds its result
+    out = h + FFN(Norm₂(h))         # so does the FFN; the stream is never normalised
 
 Post-norm (the original Transformer, Vaswani et al., 2017)::
 
     h   = Norm₁(x + Attention(x))
     out = Norm₂(h + FFN(h))
 
-The variants the course compares come from a :class:`~course_lib.config.ModelConfig`: ``norm``
-(rms|layer), ``placement`` (pre|post), ``ffn`` (swiglu|gelu|relu). Positions enter through the RoPE
-tables ``cos``/``sin`` the model passes in (``positional="rope"``); other schemes act on the embeddings.
+The variants the course compares come from a :class:`~course_lib.config.ModelConfig`:
+``norm`` (rms|layer), ``placement`` (pre|post), ``ffn`` (swiglu|gelu|relu). Positions
+enter through the RoPE tables ``cos``/``sin`` the model passes in
+(``positional="rope"``); other schemes act on the embeddings.
 """
 
 from __future__ import annotations
@@ -29,78 +31,84 @@ __all__ = ["TransformerBlock", "build_norm"]
 
 
 def build_norm(config: ModelConfig) -> nn.Module:
-    """RMSNorm, or LayerNorm (with a shift only when the config has biases), of width D."""
+    """RMSNorm, or LayerNorm (with a shift only when the config has biases), width D."""
     if config.norm == "rms":
         return RMSNorm(config.d_model, eps=config.norm_eps)
     return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
 
 
 class TransformerBlock(nn.Module):
-    """One decoder block: ``attn_norm`` → ``attn`` → residual add → ``ffn_norm`` → ``ffn`` → residual
-    add (pre-norm), or the post-norm arrangement, as ``config.placement`` says.
+    """One decoder block: ``attn_norm`` → ``attn`` → residual add → ``ffn_norm`` →
+    ``ffn`` → residual add (pre-norm), or the post-norm arrangement, as
+    ``config.placement`` says.
 
-    ``forward(x, cos, sin)`` maps (B, T, D) to (B, T, D) with causal self-attention; ``cos`` and
-    ``sin`` are required when ``config.positional == "rope"`` and refused otherwise. With a KV cache
-    (``cache`` and ``layer``), the new keys and values are stored and the queries attend to every
-    cached position before them; the cache's length says where the new tokens start.
+    ``forward(x, cos, sin)`` maps (B, T, D) to (B, T, D) with causal self-attention;
+    ``cos`` and ``sin`` are required when ``config.positional == "rope"`` and refused
+    otherwise. With a KV cache (``cache`` and ``layer``), the new keys and values are
+    stored and the queries attend to every cached position before them; the cache's
+    length says where the new tokens start.
     """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         if not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+            raise TypeError("config must be a ModelConfig, "
+                            f"got {type(config).__name__}")
         self.placement = config.placement
         self.d_model = config.d_model
-        self.uses_rope = config.positional == "rope"  # other schemes act on the embeddings, not here
+        self.uses_rope = config.positional == "rope"  # other schemes act on embeddings
         self.attn_norm = build_norm(config)
         self.attn = GroupedQueryAttention(
-            config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim, bias=config.bias
-        )
+            config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim,
+            bias=config.bias)
         self.ffn_norm = build_norm(config)
         self.ffn = build_ffn(config.ffn, config.d_model, config.d_ff, bias=config.bias)
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}, rope={self.uses_rope}"
 
-    def attention(
-        self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
-        implementation: str = "sdpa",
-    ) -> torch.Tensor:
-        """The attention sublayer on its own input x (B, T, D) → (B, T, D), through the cache if given."""
-        q, k, v = self.attn.project_qkv(x, cos, sin)  # (B, H, T, D_h), (B, H_kv, T, D_h) ×2
+    def attention(self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None,
+                  layer: int | None = None,
+                  implementation: str = "sdpa") -> torch.Tensor:
+        """The attention sublayer on its own input x (B, T, D) → (B, T, D), through the
+        KV cache if one is given."""
+        q, k, v = self.attn.project_qkv(x, cos, sin)  # (B, H | H_kv, T, D_h)
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, H_kv, S, D_h): cached positions, then the new ones
+            k, v = cache.update(layer, k, v)  # (B, H_kv, S, D_h): cached, then the new
         # mask=None: causal, the T queries being the last T of the S positions
-        return self.attn.attend(q, k, v, mask, implementation=implementation)  # (B, T, D)
+        out = self.attn.attend(q, k, v, mask, implementation=implementation)
+        return out  # (B, T, D)
 
-    def forward(
-        self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None, layer: int | None = None,
-        implementation: str = "sdpa",
-    ) -> torch.Tensor:
-        """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions (None without RoPE);
-        ``mask``: a bool (T, S) mask, True = may attend (default: causal); ``cache``/``layer``: a KV
-        cache and this block's index in it; ``implementation``: ``"sdpa"`` (fused kernel) or
-        ``"reference"`` (explicit math)."""
-        self._check_inputs(x, cos, sin)
+    def forward(self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None,
+                layer: int | None = None,
+                implementation: str = "sdpa") -> torch.Tensor:
+        """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions
+        (None without RoPE); ``mask``: a bool (T, S) mask, True = may attend (default:
+        causal); ``cache``/``layer``: a KV cache and this block's index in it;
+        ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"`` (explicit
+        math)."""
+        _check_inputs(self, x, cos, sin)
         kw = dict(mask=mask, cache=cache, layer=layer, implementation=implementation)
         if self.placement == "pre":
-            h = x + self.attention(self.attn_norm(x), cos, sin, **kw)  # (B, T, D): residual 1
-            return h + self.ffn(self.ffn_norm(h))  # (B, T, D): residual 2
+            h = x + self.attention(self.attn_norm(x), cos, sin, **kw)  # (B, T, D)
+            return h + self.ffn(self.ffn_norm(h))  # (B, T, D)
         h = self.attn_norm(x + self.attention(x, cos, sin, **kw))  # (B, T, D)
         return self.ffn_norm(h + self.ffn(h))  # (B, T, D)
 
-    def _check_inputs(self, x, cos, sin) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, D) with D = d_model ({self.d_model}), "
-                             f"got {tuple(x.shape)}")
-        if self.uses_rope and (cos is None or sin is None):
-            raise ValueError("this block was built with positional='rope': pass the RoPE tables cos and "
-                             "sin for the T positions (positional.rope_cos_sin); without them attention "
-                             "would silently ignore positions")
-        if not self.uses_rope and (cos is not None or sin is not None):
-            raise ValueError("cos and sin are RoPE tables, but this block was built without RoPE "
-                             "(config.positional is not 'rope'): pass neither")
+
+def _check_inputs(block: TransformerBlock, x, cos, sin) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() != 3 or x.shape[-1] != block.d_model:
+        raise ValueError("x must have shape (B, T, D) with D = d_model "
+                         f"({block.d_model}), got {tuple(x.shape)}")
+    if block.uses_rope and (cos is None or sin is None):
+        raise ValueError("this block was built with positional='rope': pass the RoPE "
+                         "tables cos and sin for the T positions "
+                         "(positional.rope_cos_sin); without them attention would "
+                         "silently ignore positions")
+    if not block.uses_rope and (cos is not None or sin is not None):
+        raise ValueError("cos and sin are RoPE tables, but this block was built "
+                         "without RoPE (config.positional is not 'rope'): pass neither")

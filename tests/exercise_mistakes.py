@@ -21,25 +21,6 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 ''',
     },
-    "07_decoder_block": {
-        # the FFN reads the block's input x instead of h (a "parallel" block)
-        "pre-norm-answer": '''\
-def pre_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-    h = x + attn(attn_norm(x), cos, sin)
-    return h + ffn(ffn_norm(x))
-''',
-        # x + Norm(F(x)): the sublayer outputs normalised instead of the sums
-        "post-norm-answer": '''\
-def post_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-    h = x + attn_norm(attn(x, cos, sin))
-    return h + ffn_norm(ffn(h))
-''',
-        # the FFN's update computed from x, not from x + a
-        "updates-answer": '''\
-def residual_updates(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-    return attn(attn_norm(x), cos, sin), ffn(ffn_norm(x))
-''',
-    },
     "09_language_model": {
         # no final norm: the head reads the raw residual stream
         "forward-answer": '''\

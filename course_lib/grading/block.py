@@ -1,46 +1,71 @@
-"""Checkers for exercise 07 (the decoder block): assemble the pre-norm block, the post-norm block and
-the two residual updates from given components (two norms, an attention module, a feed-forward
-network, RoPE tables).
+"""Checkers for exercise 07 (the decoder block).
+
+1. ``res_post_norm_block`` — extend the block to the variant that normalizes each sublayer's
+   output before adding it (Swin Transformer V2, OLMo 2): h = x + Norm₁(Attn(x)), …
+2. ``parallel_block`` — extend it to the parallel block of GPT-J and PaLM: one norm, both
+   sublayers read it, both outputs are added to x.
+3. ``pre_norm_block`` — find and fix the bug in a given pre-norm block (its two norms are
+   swapped, which a test with freshly initialised gains cannot see).
+4. ``predictions`` — predict four numbers about a block before computing them.
 
 The student's functions receive modules, not weights: ``attn_norm`` and ``ffn_norm`` (RMSNorm or
-LayerNorm, with different random gains so that swapping them shows), ``attn`` (grouped-query attention,
-called as ``attn(h, cos, sin)``), ``ffn`` (SwiGLU, GELU or ReLU) and the RoPE tables ``cos`` and
-``sin`` (None in the cases without RoPE). The reference is :class:`course_lib.block.TransformerBlock`
-with those very modules put in its slots.
+LayerNorm, with different random gains so that swapping them shows), ``attn`` (grouped-query
+attention, called as ``attn(h, cos, sin)``), ``ffn`` (SwiGLU, GELU or ReLU) and the RoPE tables
+``cos`` and ``sin`` (None in the cases without RoPE). The given modules run unwatched (they are
+the checker's, not the student's code); building the block from course_lib's or torch's own
+block classes is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import numbers
 
 import torch
 from torch import nn
 
-from .. import residual
+from .. import block as block_ref
+from .. import residual as residual_ref
 from ..attention import GroupedQueryAttention
 from ..block import TransformerBlock
 from ..config import ModelConfig
 from ..ffn import FeedForward, SwiGLU
 from ..norms import LayerNorm, RMSNorm
 from ..positional import rope_cos_sin
-from ._core import Case, Forbidden, GradingError, Mistake, check_function, describe
+from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, describe
+from ._watch import paused
 
-__all__ = ["check_pre_norm_block", "check_post_norm_block", "check_residual_updates"]
+__all__ = ["check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block",
+           "check_block_predictions"]
 
-# float32 students must pass on float64 inputs too: the mistakes below differ by far more than this.
-_RTOL, _ATOL = 1e-4, 1e-5
-
-_REFERENCES = [
-    Forbidden(TransformerBlock.forward, "course_lib.block.TransformerBlock"),
-    Forbidden(TransformerBlock.attention, "course_lib.block.TransformerBlock.attention"),
-    Forbidden(residual.PreNormResidual.forward, "course_lib.residual.PreNormResidual"),
-    Forbidden(residual.PostNormResidual.forward, "course_lib.residual.PostNormResidual"),
-    Forbidden(nn.TransformerEncoderLayer.forward, "torch.nn.TransformerEncoderLayer"),
-    Forbidden(nn.TransformerDecoderLayer.forward, "torch.nn.TransformerDecoderLayer"),
-]
+_FORBID = Forbid(modules=(block_ref, residual_ref),
+                 functions=((nn.TransformerEncoderLayer.forward, "torch.nn.TransformerEncoderLayer"),
+                            (nn.TransformerDecoderLayer.forward, "torch.nn.TransformerDecoderLayer")))
 
 
-# --- the cases: random components of many shapes and kinds ------------------------------------------
+class _Given(nn.Module):
+    """A module handed to the student: it runs unwatched, so that the course code inside it (the
+    norm, the attention, the FFN) is not taken for the student's."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        with paused():
+            return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        """The given module's attributes (attn.n_heads, norm.eps) read through."""
+        if name.startswith("_") or name == "inner":
+            return super().__getattr__(name)
+        return getattr(super().__getattr__("inner"), name)
+
+
+def _raw(module):
+    return module.inner if isinstance(module, _Given) else module
+
+
+# --- the cases: random components of many shapes and kinds ---------------------------------------------
 
 def _components(gen: torch.Generator, *, B: int, T: int, D: int, H: int, H_kv: int, D_h: int, F: int,
                 norm: str, ffn: str, rope: bool, dtype: torch.dtype, start: int = 0):
@@ -64,7 +89,7 @@ def _components(gen: torch.Generator, *, B: int, T: int, D: int, H: int, H_kv: i
             for linear in module.children():  # every projection: N(0, 1/fan_in) · 1.5
                 fan_in = linear.weight.shape[1]
                 linear.weight.copy_(1.5 * randn(*linear.weight.shape) / fan_in**0.5)
-    modules = [m.to(dtype) for m in (attn_norm, attn, ffn_norm, mlp)]
+    modules = [_Given(m.to(dtype)) for m in (attn_norm, attn, ffn_norm, mlp)]
     x = (3.0 * randn(B, T, D)).to(dtype)  # a stream of RMS about 3: normalising it changes it
     cos = sin = None
     if rope:
@@ -73,7 +98,7 @@ def _components(gen: torch.Generator, *, B: int, T: int, D: int, H: int, H_kv: i
     ffn_kind = {"swiglu": "a SwiGLU FFN", "gelu": "a GELU FFN", "relu": "a ReLU FFN"}[ffn]
     heads = f"{H} query heads and {H_kv} kv heads of width {D_h}"
     where = f"RoPE tables of shape {tuple(cos.shape)}" if rope else "no RoPE (cos = sin = None)"
-    label = f"x {describe(x)}, two {kinds[norm]}s, attention with {heads}, {ffn_kind} of width {F}, {where}"
+    label = f"x: {describe(x)}, {kinds[norm]}, attention with {heads}, {ffn_kind} of width {F}, {where}"
     return (x, modules[0], modules[1], modules[2], modules[3], cos, sin), label
 
 
@@ -86,13 +111,11 @@ _SHAPES = [
     (2, 1, 32, 4, 2, 8, 48, "rms", "swiglu", True, torch.float64, "a single position"),
     (2, 7, 32, 4, 2, 8, 64, "layer", "gelu", False, torch.float64, "a GPT-style block"),
     (1, 6, 16, 2, 2, 8, 32, "layer", "relu", True, torch.float64, "LayerNorm with a ReLU FFN"),
-    (2, 5, 32, 4, 2, 8, 48, "rms", "relu", False, torch.float64, "RMSNorm with a ReLU FFN, no RoPE"),
     (2, 6, 32, 4, 2, 8, 48, "rms", "swiglu", True, torch.float32, "float32"),
 ]
 
 
-def _cases(seed: int) -> list[Case]:
-    gen = torch.Generator().manual_seed(seed)
+def _cases(gen: torch.Generator) -> list[Case]:
     cases = []
     for i, (B, T, D, H, H_kv, D_h, F, norm, ffn, rope, dtype, what) in enumerate(_SHAPES):
         args, label = _components(gen, B=B, T=T, D=D, H=H, H_kv=H_kv, D_h=D_h, F=F, norm=norm, ffn=ffn,
@@ -101,9 +124,158 @@ def _cases(seed: int) -> list[Case]:
     return cases
 
 
-# --- the reference: TransformerBlock holding the given modules ---------------------------------------
+def _parallel_cases(gen: torch.Generator) -> list[Case]:
+    """The same components with one norm: (x, norm, attn, ffn, cos, sin)."""
+    return [Case(c.label.replace("RMSNorm,", "one RMSNorm,").replace("LayerNorm,", "one LayerNorm,"),
+                 (c.args[0], c.args[1], c.args[2], c.args[4], c.args[5], c.args[6])) for c in _cases(gen)]
+
+
+def _attn(attn, h, cos, sin, rope=True):
+    return attn(h, cos, sin) if rope else attn(h)
+
+
+def _rope_only(compute):
+    """A mistake that only exists when there are RoPE tables to forget."""
+    def run(*args):
+        if args[-2] is None:
+            raise ValueError("no RoPE in this case")
+        return compute(*args)
+    return run
+
+
+def _no_grad(compute):
+    def run(*args):
+        with torch.no_grad():
+            return compute(*args)
+    return run
+
+
+# --- Task 1: the res-post-norm block (extend) ------------------------------------------------------------
+
+def _res_post(x, n1, attn, n2, ffn, cos, sin, *, norms=("n1", "n2"), what="output", skip1=True, skip2=True,
+              ffn_from_x=False, rope=True):
+    """h = x + n1(attn(x)); out = h + n2(ffn(h)), with one part changed."""
+    by_name = {"n1": n1, "n2": n2}
+    first, second = by_name[norms[0]], by_name[norms[1]]
+    if what == "output":
+        a = first(_attn(attn, x, cos, sin, rope))
+        h = x + a if skip1 else a
+        f = second(ffn(x if ffn_from_x else h))
+        return h + f if skip2 else f
+    if what == "sum":  # post-norm
+        h = first(x + _attn(attn, x, cos, sin, rope))
+        return second(h + ffn(h))
+    if what == "input":  # pre-norm
+        h = x + _attn(attn, first(x), cos, sin, rope)
+        return h + ffn(second(h))
+    if what == "both":  # pre- and post-norm with the same norm (a sandwich that reuses the norm)
+        h = x + first(_attn(attn, first(x), cos, sin, rope))
+        return h + second(ffn(second(h)))
+    raise ValueError(what)
+
+
+def _res_post_reference(x, n1, attn, n2, ffn, cos, sin):
+    with torch.no_grad():
+        return _res_post(x, n1, attn, n2, ffn, cos, sin)
+
+
+_RES_POST_FORMULA = "h = x + attn_norm(attn(x)), out = h + ffn_norm(ffn(h))"
+
+RES_POST_NORM_BLOCK = Task(
+    name="res_post_norm_block", reference=_res_post_reference, cases=_cases, seed=707, rtol=1e-4, atol=1e-5,
+    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
+        (f"you built the post-norm block, which normalizes the sum x + F(x). This variant normalizes the "
+         f"sublayer's output before adding it, so the stream itself is never normalized: {_RES_POST_FORMULA}.",
+         lambda *a: _res_post(*a, what="sum")),
+        (f"you built the pre-norm block, which normalizes the sublayer's input. This variant normalizes its "
+         f"output: {_RES_POST_FORMULA}.", lambda *a: _res_post(*a, what="input")),
+        ("the sublayers read a normalized copy as well as having their outputs normalized: here they read the "
+         "stream itself, x and h.", lambda *a: _res_post(*a, what="both")),
+        ("the residual connection around attention is missing: h = x + attn_norm(attn(x)).",
+         lambda *a: _res_post(*a, skip1=False)),
+        ("the residual connection around the FFN is missing: out = h + ffn_norm(ffn(h)).",
+         lambda *a: _res_post(*a, skip2=False)),
+        ("the FFN reads the block's input x instead of h = x + attention's (normalized) output.",
+         lambda *a: _res_post(*a, ffn_from_x=True)),
+        ("the two norms are swapped: attention's output goes through attn_norm, the FFN's through ffn_norm.",
+         lambda *a: _res_post(*a, norms=("n2", "n1"))),
+        ("the same norm is used twice: the FFN's output goes through ffn_norm, its own module with its own "
+         "gain.", lambda *a: _res_post(*a, norms=("n1", "n1"))),
+        ("the same norm is used twice: attention's output goes through attn_norm, not ffn_norm.",
+         lambda *a: _res_post(*a, norms=("n2", "n2"))),
+    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call attn(x, cos, sin).",
+                  _rope_only(_no_grad(lambda *a: _res_post(*a, rope=False))))],
+    forbid=_FORBID,
+)
+
+check_res_post_norm_block = RES_POST_NORM_BLOCK.checker(
+    """Check ``res_post_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin)``:
+    h = x + attn_norm(attn(x, cos, sin)); out = h + ffn_norm(ffn(h)).""")
+
+
+# --- Task 2: the parallel block (extend) -----------------------------------------------------------------
+
+def _parallel(x, norm, attn, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip="x", combine="add",
+              out_norm=False, rope=True):
+    """out = x + attn(norm(x)) + ffn(norm(x)), with one part changed."""
+    n = norm(x)
+    a = _attn(attn, {"norm": n, "raw": x}[attn_in], cos, sin, rope)
+    ffn_input = {"norm": n, "raw": x, "h_norm": None, "h": None}[ffn_in]
+    if ffn_in == "h_norm":
+        ffn_input = norm(x + a)
+    elif ffn_in == "h":
+        ffn_input = x + a
+    f = ffn(ffn_input)
+    base = {"x": x, "normed": n, "none": 0.0}[skip]
+    updates = {"add": a + f, "mean": (a + f) / 2, "attn": a, "ffn": f}[combine]
+    out = base + updates
+    return norm(out) if out_norm else out
+
+
+def _parallel_reference(x, norm, attn, ffn, cos, sin):
+    with torch.no_grad():
+        return _parallel(x, norm, attn, ffn, cos, sin)
+
+
+PARALLEL_BLOCK = Task(
+    name="parallel_block", reference=_parallel_reference, cases=_parallel_cases, seed=708, rtol=1e-4,
+    atol=1e-5,
+    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
+        ("this is the sequential block: the FFN reads the stream after attention. In the parallel block both "
+         "sublayers read the same normalized input, norm(x), and both outputs are added to x.",
+         lambda *a: _parallel(*a, ffn_in="h_norm")),
+        ("the FFN reads x + attention's output, un-normalized: in the parallel block it reads norm(x), the "
+         "same input as attention.", lambda *a: _parallel(*a, ffn_in="h")),
+        ("the FFN reads x without normalizing it: both sublayers read norm(x).",
+         lambda *a: _parallel(*a, ffn_in="raw")),
+        ("attention reads x without normalizing it: both sublayers read norm(x).",
+         lambda *a: _parallel(*a, attn_in="raw")),
+        ("the residual connection is missing: out = x + attention's output + the FFN's output.",
+         lambda *a: _parallel(*a, skip="none")),
+        ("the skip connection carries the normalized copy: add the outputs to x itself, not to norm(x).",
+         lambda *a: _parallel(*a, skip="normed")),
+        ("you normalized the block's output: the parallel block is pre-norm, and leaves the stream "
+         "un-normalized.", lambda *a: _parallel(*a, out_norm=True)),
+        ("the two outputs are averaged: the parallel block adds both to x, as the sequential block does.",
+         lambda *a: _parallel(*a, combine="mean")),
+        ("the FFN's output is missing: out = x + attention's output + the FFN's output.",
+         lambda *a: _parallel(*a, combine="attn")),
+        ("attention's output is missing: out = x + attention's output + the FFN's output.",
+         lambda *a: _parallel(*a, combine="ffn")),
+    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call "
+                  "attn(norm(x), cos, sin).", _rope_only(_no_grad(lambda *a: _parallel(*a, rope=False))))],
+    forbid=_FORBID,
+)
+
+check_parallel_block = PARALLEL_BLOCK.checker(
+    """Check ``parallel_block(x, norm, attn, ffn, cos, sin)`` = x + attn(norm(x), cos, sin) + ffn(norm(x))
+    (GPT-J, PaLM: one norm, both sublayers read it).""")
+
+
+# --- Task 3: the pre-norm block (find and fix) ----------------------------------------------------------
 
 def _block_holding(attn_norm, attn, ffn_norm, ffn, cos, placement: str) -> TransformerBlock:
+    attn_norm, attn, ffn_norm, ffn = (_raw(m) for m in (attn_norm, attn, ffn_norm, ffn))
     config = ModelConfig(vocab_size=1, d_model=attn.d_model, n_layers=1, n_heads=attn.n_heads,
                          n_kv_heads=attn.n_kv_heads, head_dim=attn.head_dim, d_ff=1, placement=placement,
                          positional="rope" if cos is not None else "none")
@@ -113,66 +285,14 @@ def _block_holding(attn_norm, attn, ffn_norm, ffn, cos, placement: str) -> Trans
     return block
 
 
-def _reference(placement: str) -> Callable:
-    def run(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-        with torch.no_grad():
-            block = _block_holding(attn_norm, attn, ffn_norm, ffn, cos, placement)
-            return block(x, cos, sin, implementation="reference")
-    return run
-
-
-def _updates_reference(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-    """(2, B, T, D): what the attention sublayer and the FFN sublayer add to the stream."""
+def _pre_norm_reference(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
     with torch.no_grad():
         block = _block_holding(attn_norm, attn, ffn_norm, ffn, cos, "pre")
-        attn_update = block.attention(attn_norm(x), cos, sin, implementation="reference")  # (B, T, D)
-        h = x + attn_update  # (B, T, D): the stream between the two sublayers
-        return torch.stack([attn_update, ffn(ffn_norm(h))])  # (2, B, T, D)
+        return block(x, cos, sin, implementation="reference")
 
 
-# --- wrappers around the student's function ----------------------------------------------------------
-
-def _guarded(student: Callable, task: str, *, pair: bool = False) -> Callable:
-    """Call the student's function, refuse in-place changes to x, and (for ``pair``) stack the two
-    returned updates into one (2, B, T, D) tensor so they can be compared."""
-    if not callable(student):
-        raise GradingError(f"{task} should be a function, but it is a {type(student).__name__}.")
-
-    def wrapped(x, *rest):
-        before = x.detach().clone()
-        out = student(x, *rest)
-        if not torch.equal(x.detach(), before):
-            raise GradingError(
-                f"{task} changed its input x in place (for example with x += ...). In a model, x is the "
-                f"previous block's output and is still needed (by autograd, among others): compute a new "
-                f"tensor, h = x + ..., instead."
-            )
-        if not pair:
-            return out
-        if not (isinstance(out, (tuple, list)) and len(out) == 2
-                and all(isinstance(t, torch.Tensor) for t in out)):
-            raise GradingError(
-                f"{task} should return a pair (attention_update, ffn_update) of tensors, got "
-                f"{type(out).__name__}."
-            )
-        if any(t.shape != x.shape for t in out):
-            raise GradingError(
-                f"{task} returned updates of shapes {tuple(out[0].shape)} and {tuple(out[1].shape)}; each "
-                f"update is added to the stream, so both must have x's shape {tuple(x.shape)}."
-            )
-        return torch.stack([out[0], out[1]])  # (2, B, T, D)
-
-    return wrapped
-
-
-# --- the mistakes ------------------------------------------------------------------------------------
-
-def _attn(attn, h, cos, sin, rope=True):
-    return attn(h, cos, sin) if rope else attn(h)
-
-
-def _pre(x, n1, attn, n2, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip1="x", skip2="h",
-         rope=True, out_norm=False):
+def _pre(x, n1, attn, n2, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip1="x", skip2="h", rope=True,
+         out_norm=False):
     """The pre-norm block with one part changed, as a student's slip would change it."""
     attn_input = {"norm": n1(x), "raw": x, "n2": n2(x)}[attn_in]
     a = _attn(attn, attn_input, cos, sin, rope)
@@ -183,202 +303,143 @@ def _pre(x, n1, attn, n2, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip1
     return n2(out) if out_norm else out
 
 
-def _post_variant(x, n1, attn, n2, ffn, cos, sin, *, norms=("n1", "n2"), sum_norm=True, skip1=True,
-                  skip2=True, ffn_from_x=False, rope=True, normed_input=False):
-    """The post-norm block with one part changed."""
-    by_name = {"n1": n1, "n2": n2}
-    first, second = by_name[norms[0]], by_name[norms[1]]
-    a = _attn(attn, first(x) if normed_input else x, cos, sin, rope)
-    if sum_norm:
-        h = first(x + a) if skip1 else first(a)
-    else:  # x + Norm(F(x)): the output normalised instead of the sum
-        h = x + first(a)
-    f = ffn(x if ffn_from_x else h)
-    if sum_norm:
-        return second(h + f) if skip2 else second(f)
-    return h + second(f)
-
-
-def _rope_only(compute):
-    """A mistake that only exists when there are RoPE tables to forget."""
-    def run(x, n1, attn, n2, ffn, cos, sin):
-        if cos is None:
-            raise ValueError("no RoPE in this case")
-        return compute(x, n1, attn, n2, ffn, cos, sin)
-    return run
-
-
 _PRE_FORMULA = "h = x + attn(attn_norm(x)), out = h + ffn(ffn_norm(h))"
-_POST_FORMULA = "h = attn_norm(x + attn(x)), out = ffn_norm(h + ffn(h))"
 
+PRE_NORM_BLOCK = Task(
+    name="pre_norm_block", reference=_pre_norm_reference, cases=_cases, seed=709, rtol=1e-4, atol=1e-5,
+    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
+        ("this is still what the given version computes: the bug is not fixed yet. It agrees with the right "
+         "block only while the two norms have equal gains, as they do when freshly built; which norm does "
+         "each sublayer read through?", lambda *a: _pre(*a, attn_in="n2", ffn_in="n1")),
+        (f"you built the post-norm block, Norm(x + F(x)). In the pre-norm block each sublayer reads a "
+         f"normalised copy and its output is added to the un-normalised stream: {_PRE_FORMULA}.",
+         lambda *a: _res_post(*a, what="sum")),
+        ("you normalised the sublayers' outputs, x + Norm(F(x)), instead of their inputs.",
+         lambda *a: _res_post(*a)),
+        ("the residual stream was normalised: you added a sublayer's output to the normalised copy. The skip "
+         "connection must carry x itself; only the sublayer's input is normalised.",
+         lambda *a: _pre(*a, skip1="normed", skip2="normed")),
+        ("the first residual starts from the normalised copy: h = attn_norm(x) + attn(...). It must start "
+         "from x itself.", lambda *a: _pre(*a, skip1="normed")),
+        ("the second residual starts from the normalised copy: out = ffn_norm(h) + ffn(...). It must start "
+         "from h itself.", lambda *a: _pre(*a, skip2="normed")),
+        ("you normalised the block's output. In a pre-norm block the stream is never normalised inside the "
+         "block (a pre-norm model normalises once, after its last block).", lambda *a: _pre(*a, out_norm=True)),
+        ("the FFN reads the block's input x instead of h = x + attention's output, so it cannot use what "
+         "attention just gathered (that is the parallel block). Feed ffn_norm(h) to the FFN.",
+         lambda *a: _pre(*a, ffn_in="x")),
+        ("the second residual adds the FFN's output to x instead of to h, which drops attention's "
+         "contribution.", lambda *a: _pre(*a, skip2="x")),
+        ("the FFN reads attention's output alone; it must read the stream h = x + attention's output "
+         "(normalised).", lambda *a: _pre(*a, ffn_in="a")),
+        ("the residual connection around attention is missing: h = x + attn(attn_norm(x)).",
+         lambda *a: _pre(*a, skip1="none")),
+        ("the residual connection around the FFN is missing: out = h + ffn(ffn_norm(h)).",
+         lambda *a: _pre(*a, skip2="none")),
+        ("the same norm is used twice: the FFN reads ffn_norm(h), its own module with its own gain.",
+         lambda *a: _pre(*a, ffn_in="n1")),
+        ("the same norm is used twice: attention reads attn_norm(x), not ffn_norm(x).",
+         lambda *a: _pre(*a, attn_in="n2")),
+        ("attention reads x without normalising it first: h = x + attn(attn_norm(x)).",
+         lambda *a: _pre(*a, attn_in="raw")),
+        ("the FFN reads h without normalising it first: out = h + ffn(ffn_norm(h)).",
+         lambda *a: _pre(*a, ffn_in="raw")),
+    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call "
+                  "attn(attn_norm(x), cos, sin).", _rope_only(_no_grad(lambda *a: _pre(*a, rope=False))))],
+    forbid=_FORBID,
+)
 
-def _pre_norm_mistakes() -> list[Mistake]:
-    post = _reference("post")
-    return [
-        Mistake(f"you built the post-norm block, Norm(x + F(x)). In the pre-norm block each sublayer reads "
-                f"a normalised copy and its output is added to the un-normalised stream: {_PRE_FORMULA}.",
-                lambda *a: post(*a)),
-        Mistake("you normalised the sublayers' outputs, x + Norm(F(x)), instead of their inputs. Pre-norm "
-                "normalises what goes INTO attention and the FFN; what comes out is added as it is.",
-                lambda x, n1, attn, n2, ffn, cos, sin: _post_variant(x, n1, attn, n2, ffn, cos, sin,
-                                                                     sum_norm=False)),
-        Mistake("the residual stream was normalised: you added a sublayer's output to the normalised copy "
-                "(Norm(x) + F(Norm(x))). The skip connection must carry x itself, un-normalised; only the "
-                "sublayer's input is normalised.",
-                lambda *a: _pre(*a, skip1="normed", skip2="normed")),
-        Mistake("the first residual starts from the normalised copy: h = attn_norm(x) + attn(...). It must "
-                "start from x itself: h = x + attn(attn_norm(x)).",
-                lambda *a: _pre(*a, skip1="normed")),
-        Mistake("the second residual starts from the normalised copy: out = ffn_norm(h) + ffn(...). It "
-                "must start from h itself: out = h + ffn(ffn_norm(h)).",
-                lambda *a: _pre(*a, skip2="normed")),
-        Mistake("you normalised the block's output. In a pre-norm block the stream is never normalised "
-                "inside the block (a pre-norm model normalises once, after its last block).",
-                lambda *a: _pre(*a, out_norm=True)),
-        Mistake("the FFN reads the block's input x instead of h = x + attention's output, so it cannot "
-                "use what attention just gathered (that is the 'parallel' block of GPT-J and PaLM, a "
-                "different model). Feed ffn_norm(h) to the FFN.",
-                lambda *a: _pre(*a, ffn_in="x")),
-        Mistake("the second residual adds the FFN's output to x instead of to h, which drops attention's "
-                "contribution: out = h + ffn(ffn_norm(h)).",
-                lambda *a: _pre(*a, skip2="x")),
-        Mistake("the FFN reads attention's output alone; it must read the stream h = x + attention's "
-                "output (normalised).",
-                lambda *a: _pre(*a, ffn_in="a")),
-        Mistake("the residual connection around attention is missing: h = x + attn(attn_norm(x)), not "
-                "attn(attn_norm(x)).",
-                lambda *a: _pre(*a, skip1="none")),
-        Mistake("the residual connection around the FFN is missing: out = h + ffn(ffn_norm(h)), not "
-                "ffn(ffn_norm(h)).",
-                lambda *a: _pre(*a, skip2="none")),
-        Mistake("both residual connections are missing: each sublayer's output must be ADDED to the stream "
-                "it read from.",
-                lambda *a: _pre(*a, skip1="none", skip2="none")),
-        Mistake("the same norm is used twice: attention reads attn_norm, the FFN reads ffn_norm. They are "
-                "two modules with their own learned gains.",
-                lambda *a: _pre(*a, ffn_in="n1")),
-        Mistake("the same norm is used twice: attention must read attn_norm(x), not ffn_norm(x).",
-                lambda *a: _pre(*a, attn_in="n2")),
-        Mistake("the two norms are swapped: attention reads attn_norm, the FFN reads ffn_norm.",
-                lambda *a: _pre(*a, attn_in="n2", ffn_in="n1")),
-        Mistake("attention reads x without normalising it first: h = x + attn(attn_norm(x)).",
-                lambda *a: _pre(*a, attn_in="raw")),
-        Mistake("the FFN reads h without normalising it first: out = h + ffn(ffn_norm(h)).",
-                lambda *a: _pre(*a, ffn_in="raw")),
-        Mistake("attention was called without the RoPE tables, so it ignores positions: call "
-                "attn(h, cos, sin).",
-                _rope_only(lambda *a: _pre(*a, rope=False))),
-    ]
-
-
-def _post_norm_mistakes() -> list[Mistake]:
-    pre = _reference("pre")
-    return [
-        Mistake(f"you built the pre-norm block. In the post-norm block (the original Transformer) the "
-                f"sublayers read the stream itself and the norm is applied to each sum: {_POST_FORMULA}.",
-                lambda *a: pre(*a)),
-        Mistake(f"you normalised each sublayer's output and then added it, x + Norm(F(x)). Post-norm "
-                f"normalises the SUM, Norm(x + F(x)): {_POST_FORMULA}.",
-                lambda *a: _post_variant(*a, sum_norm=False)),
-        Mistake("attention reads a normalised copy of x: in the post-norm block the sublayers read the "
-                "stream as it is, and the norm comes after the addition.",
-                lambda *a: _post_variant(*a, normed_input=True)),
-        Mistake("the residual connection around attention is missing: h = attn_norm(x + attn(x)).",
-                lambda *a: _post_variant(*a, skip1=False)),
-        Mistake("the residual connection around the FFN is missing: out = ffn_norm(h + ffn(h)).",
-                lambda *a: _post_variant(*a, skip2=False)),
-        Mistake("the FFN reads the block's input x instead of h, the normalised stream after attention.",
-                lambda *a: _post_variant(*a, ffn_from_x=True)),
-        Mistake("the same norm is used twice: the first sum goes through attn_norm, the second through "
-                "ffn_norm.",
-                lambda *a: _post_variant(*a, norms=("n1", "n1"))),
-        Mistake("the same norm is used twice: the first sum goes through attn_norm, not ffn_norm.",
-                lambda *a: _post_variant(*a, norms=("n2", "n2"))),
-        Mistake("the two norms are swapped: attn_norm normalises the sum after attention, ffn_norm the "
-                "sum after the FFN.",
-                lambda *a: _post_variant(*a, norms=("n2", "n1"))),
-        Mistake("the second sum is not normalised: out = ffn_norm(h + ffn(h)).",
-                lambda x, n1, attn, n2, ffn, cos, sin: (lambda h: h + ffn(h))(
-                    n1(x + attn(x, cos, sin)))),
-        Mistake("the first sum is not normalised: h = attn_norm(x + attn(x)).",
-                lambda x, n1, attn, n2, ffn, cos, sin: (lambda h: n2(h + ffn(h)))(x + attn(x, cos, sin))),
-        Mistake("attention was called without the RoPE tables, so it ignores positions: call "
-                "attn(x, cos, sin).",
-                _rope_only(lambda *a: _post_variant(*a, rope=False))),
-    ]
-
-
-def _stack(compute):
-    def run(*args):
-        attn_update, ffn_update = compute(*args)
-        return torch.stack([attn_update, ffn_update])
-    return run
-
-
-def _updates(x, n1, attn, n2, ffn, cos, sin, *, ffn_reads="h", attn_in="norm", rope=True):
-    a = _attn(attn, n1(x) if attn_in == "norm" else x, cos, sin, rope)
-    h = x + a
-    f_input = {"h": n2(h), "x": n2(x), "a": n2(a), "raw": h, "n1": n1(h)}[ffn_reads]
-    return a, ffn(f_input)
-
-
-def _residual_updates_mistakes() -> list[Mistake]:
-    return [
-        Mistake("you returned the stream after each sublayer (h and the block's output) rather than what "
-                "each sublayer adds to it: return (attn_update, ffn_update), with x + attn_update + "
-                "ffn_update equal to the block's output.",
-                _stack(lambda x, *r: (lambda a, f: (x + a, x + a + f))(*_updates(x, *r)))),
-        Mistake("the updates are in the wrong order: return (attention's update, the FFN's update).",
-                _stack(lambda *a: _updates(*a)[::-1])),
-        Mistake("the FFN's update was computed from the block's input x; the FFN reads the stream after "
-                "attention, h = x + attn_update (through ffn_norm).",
-                _stack(lambda *a: _updates(*a, ffn_reads="x"))),
-        Mistake("the FFN's update was computed from attention's update alone; the FFN reads the whole "
-                "stream h = x + attn_update (through ffn_norm).",
-                _stack(lambda *a: _updates(*a, ffn_reads="a"))),
-        Mistake("the FFN reads h without normalising it first: ffn(ffn_norm(h)).",
-                _stack(lambda *a: _updates(*a, ffn_reads="raw"))),
-        Mistake("the same norm is used twice: the FFN reads ffn_norm(h), not attn_norm(h).",
-                _stack(lambda *a: _updates(*a, ffn_reads="n1"))),
-        Mistake("attention reads x without normalising it first: attn(attn_norm(x), cos, sin).",
-                _stack(lambda *a: _updates(*a, attn_in="raw"))),
-        Mistake("attention was called without the RoPE tables, so it ignores positions: call "
-                "attn(h, cos, sin).",
-                _rope_only(_stack(lambda *a: _updates(*a, rope=False)))),
-    ]
-
-
-# --- the checkers ------------------------------------------------------------------------------------
-
-def _no_grad(mistakes: list[Mistake]) -> list[Mistake]:
-    def quiet(compute):
-        def run(*args):
-            with torch.no_grad():
-                return compute(*args)
-        return run
-    return [Mistake(m.message, quiet(m.compute)) for m in mistakes]
-
-
-def check_pre_norm_block(pre_norm_block) -> None:
+check_pre_norm_block = PRE_NORM_BLOCK.checker(
     """Check ``pre_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin)``:
-    h = x + attn(attn_norm(x), cos, sin); out = h + ffn(ffn_norm(h))."""
-    task = "pre_norm_block"
-    check_function(_guarded(pre_norm_block, task), _reference("pre"), _cases(707), task=task,
-                   mistakes=_no_grad(_pre_norm_mistakes()), forbidden=_REFERENCES, rtol=_RTOL, atol=_ATOL)
+    h = x + attn(attn_norm(x), cos, sin); out = h + ffn(ffn_norm(h)).""")
 
 
-def check_post_norm_block(post_norm_block) -> None:
-    """Check ``post_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin)``:
-    h = attn_norm(x + attn(x, cos, sin)); out = ffn_norm(h + ffn(h))."""
-    task = "post_norm_block"
-    check_function(_guarded(post_norm_block, task), _reference("post"), _cases(708), task=task,
-                   mistakes=_no_grad(_post_norm_mistakes()), forbidden=_REFERENCES, rtol=_RTOL, atol=_ATOL)
+# --- Task 4: predictions ---------------------------------------------------------------------------------
+
+PREDICTION_KEYS = ("silenced_pre_rms", "silenced_post_rms", "kv_head", "scores_gib")
+
+_WRONG_PREDICTIONS = {
+    "silenced_pre_rms": [
+        (1.0, "a pre-norm block never normalizes the stream: only the copies its sublayers read are "
+              "normalized."),
+        (0.0, "the skip connections still carry x: with both sublayers silent the block is the identity."),
+    ],
+    "silenced_post_rms": [
+        (3.0, "post-norm normalizes the sum x + F(x) even when the sublayer adds nothing."),
+        (0.0, "the sum x + 0 is x, and the norm rescales it; nothing sets it to zero."),
+    ],
+    "kv_head": [
+        (0.0, "consecutive query heads share a key/value head (repeat_interleave): query head h reads kv "
+              "head h // (H / H_kv), not h mod H_kv."),
+        (3.0, "divide by the group size H / H_kv (query heads per kv head), not by H_kv."),
+        (6.0, "with grouped-query attention several query heads share one kv head; there are only H_kv of "
+              "them."),
+    ],
+    "scores_gib": [
+        (2.0, "bfloat16 takes 2 bytes per number, not 4."),
+        (1 / 32, "there is one score per pair of positions for every head: B · H · T² numbers."),
+        (0.5, "bfloat16 takes 2 bytes per number."),
+        (4096 * 4096 * 2 / 2**30, "there is one score per pair of positions for every head: B · H · T²."),
+    ],
+}
 
 
-def check_residual_updates(residual_updates) -> None:
-    """Check ``residual_updates(x, attn_norm, attn, ffn_norm, ffn, cos, sin)`` → (a, f): what attention
-    and the FFN add to the stream in a pre-norm block, so that x + a + f is the block's output."""
-    task = "residual_updates"
-    check_function(_guarded(residual_updates, task, pair=True), _updates_reference, _cases(709), task=task,
-                   mistakes=_no_grad(_residual_updates_mistakes()), forbidden=_REFERENCES, rtol=_RTOL,
-                   atol=_ATOL)
+def _true_predictions() -> dict[str, float]:
+    B, H, T = 1, 32, 4096
+    return {
+        "silenced_pre_rms": 3.0,  # W_O = W_down = 0: the block is the identity
+        "silenced_post_rms": 1.0,  # Norm₂(Norm₁(x)): RMS 1 with gains 1
+        "kv_head": float(6 // (8 // 2)),  # query head 6 of 8 reads kv head 6 // 4
+        "scores_gib": B * H * T * T * 2 / 2**30,  # (B, H, T, T) in bfloat16
+    }
+
+
+def _predictions_reference() -> torch.Tensor:
+    truth = _true_predictions()
+    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
+
+
+def _read_predictions(student) -> torch.Tensor:
+    predictions = student()
+    if not isinstance(predictions, dict):
+        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
+                           f"it returns a {type(predictions).__name__}.")
+    missing = [k for k in PREDICTION_KEYS if k not in predictions]
+    if missing:
+        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
+    values = []
+    for key in PREDICTION_KEYS:
+        value = predictions[key]
+        if value is ... or value is None:
+            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
+        values.append(float(value))
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _close_enough(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-12)
+
+
+def _predictions_explain(got, want, case) -> str | None:
+    for i, key in enumerate(PREDICTION_KEYS):
+        g, w = float(got[i]), float(want[i])
+        if _close_enough(g, w):
+            continue
+        for value, why in _WRONG_PREDICTIONS[key]:
+            if _close_enough(g, value):
+                return f"`{key}`: {why}"
+        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
+    return None
+
+
+BLOCK_PREDICTIONS = Task(
+    name="predictions", reference=_predictions_reference, seed=710,
+    cases=lambda gen: [Case("your four predictions", ())],
+    run=_read_predictions, output=TensorOutput(), rtol=1e-3, atol=1e-9, explain=_predictions_explain,
+)
+
+check_block_predictions = BLOCK_PREDICTIONS.checker(
+    """Check ``predictions() -> dict``: the output RMS of a silenced pre-norm and post-norm block, the kv
+    head a query head reads, and the size of one block's attention scores.""")
