@@ -23,7 +23,8 @@ from .info_theory import (check_entropy, check_info_predictions, check_label_smo
                           check_logsumexp, check_soft_cross_entropy_grad)
 from .kv_cache import (check_attend_with_cache, check_attend_with_window, check_kv_cache_bytes,
                        check_kv_cache_class, check_kv_predictions)
-from .model import check_greedy_generate, check_lm_forward, check_next_token_probs
+from .model import (check_lm_forward, check_next_token_probs, check_sample_generate,
+                    check_tied_embedding_grad)
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import (check_apply_rope, check_position_predictions, check_sinusoidal_encoding,
                          check_sinusoidal_shift_matrix)
@@ -40,7 +41,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_position_predictions",
            "check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block", "check_block_predictions",
            "check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions",
-           "check_lm_forward", "check_next_token_probs", "check_greedy_generate",
+           "check_lm_forward", "check_next_token_probs", "check_sample_generate", "check_tied_embedding_grad",
            "check_saved_bytes", "check_block_saved_bytes",
            "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions",
