@@ -21,30 +21,6 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 ''',
     },
-    "09_language_model": {
-        # no final norm: the head reads the raw residual stream
-        "forward-answer": '''\
-def lm_forward(ids, embedding, blocks, norm_weight, head_weight, tie_embeddings, eps=1e-5):
-    x = embedding[ids]
-    for block in blocks:
-        x = block(x)
-    return x @ (embedding if tie_embeddings else head_weight).T
-''',
-        # every sequence read at position T - 1, which is padding for the shorter ones
-        "probs-answer": '''\
-def next_token_probs(logits, lengths, temperature=1.0):
-    return torch.softmax(logits[:, -1] / temperature, dim=-1)
-''',
-        # only the prompt is fed at every step: the same token again and again
-        "greedy-answer": '''\
-def greedy_generate(model, ids, max_new_tokens):
-    out = ids
-    for _ in range(max_new_tokens):
-        next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
-        out = torch.cat([out, next_id], dim=1)
-    return out
-''',
-    },
     "11_memory_in_training": {
         # every save counted, each with the size of the saved view: no de-duplication, no whole storage
         "saved-bytes-answer": '''\
