@@ -36,6 +36,9 @@ __all__ = [
     "FeedForward",
     "SwiGLU",
     "swiglu",
+    "swiglu_backward",
+    "geglu",
+    "geglu_backward",
     "build_ffn",
     "FFN_VARIANTS",
     "swiglu_hidden_dim",
@@ -150,15 +153,7 @@ class FeedForward(nn.Module):
         return f"{self.d_model}, {self.d_ff}, activation={self.activation!r}"
 
 
-def swiglu(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
-) -> torch.Tensor:
-    """SwiGLU(x) = (SiLU(x W_gate) ⊙ (x W_up)) W_down  (Shazeer, 2020).
-
-    Explicit math in the row-vector convention: ``w_gate`` and ``w_up`` have shape
-    (D, F), ``w_down`` has shape (F, D). The gate SiLU(x W_gate) multiplies the
-    features x W_up elementwise: a gate near 0 switches its feature off.
-    """
+def _check_glu(x, w_gate, w_up, w_down) -> None:
     for name, value in dict(x=x, w_gate=w_gate, w_up=w_up, w_down=w_down).items():
         _check_tensor(value, name)
     if x.dim() < 1 or w_gate.dim() != 2 or w_up.dim() != 2 or w_down.dim() != 2:
@@ -179,9 +174,89 @@ def swiglu(
             f"x's last dimension ({x.shape[-1]}) must equal D = {d_model}, "
             f"the rows of w_gate"
         )
+
+
+def swiglu(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
+) -> torch.Tensor:
+    """SwiGLU(x) = (SiLU(x W_gate) ⊙ (x W_up)) W_down  (Shazeer, 2020).
+
+    Explicit math in the row-vector convention: ``w_gate`` and ``w_up`` have shape
+    (D, F), ``w_down`` has shape (F, D). The gate SiLU(x W_gate) multiplies the
+    features x W_up elementwise: a gate near 0 switches its feature off.
+    """
+    _check_glu(x, w_gate, w_up, w_down)
     gate = silu(x @ w_gate)  # (..., F)
     up = x @ w_up  # (..., F)
     return (gate * up) @ w_down  # (..., D)
+
+
+def geglu(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
+) -> torch.Tensor:
+    """GeGLU(x) = (GELU(x W_gate) ⊙ (x W_up)) W_down  (Shazeer, 2020): SwiGLU with the exact
+    GELU as the gate's activation (Gemma uses GeGLU with GELU's tanh approximation). Shapes as
+    in :func:`swiglu`."""
+    _check_glu(x, w_gate, w_up, w_down)
+    return (gelu(x @ w_gate) * (x @ w_up)) @ w_down  # (..., D)
+
+
+def _silu_prime(a: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(a)
+    return s * (1 + a * (1 - s))  # d/da [a σ(a)]
+
+
+def _gelu_prime(a: torch.Tensor) -> torch.Tensor:
+    cdf = 0.5 * (1.0 + torch.erf(a / math.sqrt(2.0)))  # Φ(a)
+    pdf = torch.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)  # φ(a)
+    return cdf + a * pdf  # d/da [a Φ(a)]
+
+
+def _gated_backward(x, w_gate, w_up, w_down, grad_out, act, act_prime):
+    _check_glu(x, w_gate, w_up, w_down)
+    if not isinstance(grad_out, torch.Tensor) or grad_out.shape != x.shape:
+        raise ValueError(f"grad_out must be a tensor of x's shape {tuple(x.shape)}, "
+                         f"got {tuple(getattr(grad_out, 'shape', ()))}")
+    d_model, d_ff = w_gate.shape
+    xs = x.reshape(-1, d_model)  # (N, D): every position a row
+    g = grad_out.reshape(-1, d_model)  # (N, D)
+    a, u = xs @ w_gate, xs @ w_up  # (N, F) each: gate pre-activation, features
+    s = act(a)  # (N, F): the gate
+    grad_w_down = (s * u).T @ g  # (F, D): hᵀ G, summed over positions
+    grad_h = g @ w_down.T  # (N, F)
+    grad_u = grad_h * s  # (N, F)
+    grad_a = grad_h * u * act_prime(a)  # (N, F)
+    grad_w_up = xs.T @ grad_u  # (D, F)
+    grad_w_gate = xs.T @ grad_a  # (D, F)
+    grad_x = grad_a @ w_gate.T + grad_u @ w_up.T  # (N, D): both paths
+    return grad_x.reshape(x.shape), grad_w_gate, grad_w_up, grad_w_down
+
+
+def swiglu_backward(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+    grad_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward pass of :func:`swiglu`, given G = ∂L/∂y (shape of x):
+
+        a = x W_gate,  s = SiLU(a),  u = x W_up,  h = s ⊙ u,  y = h W_down
+        ∂L/∂W_down = hᵀ G,   ∂L/∂h = G W_downᵀ,
+        ∂L/∂u = ∂L/∂h ⊙ s,   ∂L/∂a = ∂L/∂h ⊙ u ⊙ SiLU′(a),  SiLU′(a) = σ(a)(1 + a(1 − σ(a))),
+        ∂L/∂W_up = xᵀ ∂L/∂u,   ∂L/∂W_gate = xᵀ ∂L/∂a,
+        ∂L/∂x = ∂L/∂a W_gateᵀ + ∂L/∂u W_upᵀ.
+
+    The leading dimensions of x are positions; the weights' gradients sum over all of them.
+    Returns (grad_x, grad_w_gate, grad_w_up, grad_w_down) with the inputs' shapes.
+    """
+    return _gated_backward(x, w_gate, w_up, w_down, grad_out, silu, _silu_prime)
+
+
+def geglu_backward(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+    grad_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward pass of :func:`geglu`: as :func:`swiglu_backward` with the gate's
+    derivative GELU′(a) = Φ(a) + a φ(a) (Φ, φ the standard normal CDF and density)."""
+    return _gated_backward(x, w_gate, w_up, w_down, grad_out, gelu, _gelu_prime)
 
 
 class SwiGLU(nn.Module):

@@ -8,19 +8,6 @@ points of the matching test cell. A new assignment must add its entries here (a 
 """
 
 MISTAKES: dict[str, dict[str, str]] = {
-    "04_feed_forward": {
-        # SiLU applied to the up projection instead of the gate
-        "swiglu-answer": '''\
-def swiglu(x, w_gate, w_up, w_down):
-    up = x @ w_up
-    return ((x @ w_gate) * (up * torch.sigmoid(up))) @ w_down
-''',
-        # the exact (erf) GELU instead of the tanh approximation
-        "gelu-answer": '''\
-def gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-''',
-    },
     "11_memory_in_training": {
         # every save counted, each with the size of the saved view: no de-duplication, no whole storage
         "saved-bytes-answer": '''\

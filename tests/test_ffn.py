@@ -96,6 +96,28 @@ def test_swiglu_zero_gate_switches_features_off(gen):
     assert ffn.swiglu(x, w_gate, w_up, w_down).abs().max() == 0
 
 
+@pytest.mark.parametrize("forward, backward", [(ffn.swiglu, ffn.swiglu_backward), (ffn.geglu, ffn.geglu_backward)])
+@pytest.mark.parametrize("shape", [(6,), (4, 6), (2, 3, 6)])
+def test_gated_backward_matches_autograd(forward, backward, shape, gen):
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).requires_grad_()
+    weights = [torch.randn(r, c, generator=gen, dtype=torch.float64).requires_grad_()
+               for r, c in ((6, 10), (6, 10), (10, 6))]
+    grad_out = torch.randn(shape, generator=gen, dtype=torch.float64)
+    forward(x, *weights).backward(grad_out)
+    grads = backward(x.detach(), *(w.detach() for w in weights), grad_out)
+    for mine, leaf in zip(grads, (x, *weights)):
+        assert mine.shape == leaf.shape
+        torch.testing.assert_close(mine, leaf.grad)
+
+
+def test_geglu_is_swiglu_with_a_gelu_gate(gen):
+    x = torch.randn(3, 8, generator=gen)
+    w_gate, w_up, w_down = torch.randn(8, 12, generator=gen), torch.randn(8, 12, generator=gen), torch.randn(12, 8, generator=gen)
+    torch.testing.assert_close(ffn.geglu(x, w_gate, w_up, w_down), (F.gelu(x @ w_gate) * (x @ w_up)) @ w_down)
+    with pytest.raises(ValueError, match="grad_out must be a tensor of x's shape"):
+        ffn.swiglu_backward(x, w_gate, w_up, w_down, torch.zeros(3, 7))
+
+
 def test_swiglu_errors():
     x = torch.zeros(2, 8)
     w = torch.zeros(8, 6)

@@ -18,7 +18,7 @@ from .block import check_block_predictions, check_parallel_block, check_pre_norm
 from .checkpointing import check_block_saved_bytes, check_saved_bytes
 from .counting import (check_count_params, check_counting_predictions, check_moe_params,
                        check_window_core_flops)
-from .ffn import check_gelu_tanh, check_swiglu
+from .ffn import check_ffn_predictions, check_geglu_backward, check_llama_ffn, check_top_k_swiglu
 from .info_theory import (check_entropy, check_info_predictions, check_label_smoothed_cross_entropy,
                           check_logsumexp, check_soft_cross_entropy_grad)
 from .kv_cache import (check_attend_with_cache, check_attend_with_window, check_kv_cache_bytes,
@@ -35,7 +35,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_label_smoothed_cross_entropy", "check_soft_cross_entropy_grad",
            "check_sliding_window_attention", "check_gqa_forward", "check_attention_backward",
            "check_attention_predictions",
-           "check_swiglu", "check_gelu_tanh",
+           "check_llama_ffn", "check_top_k_swiglu", "check_geglu_backward", "check_ffn_predictions",
            "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
            "check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
            "check_position_predictions",
