@@ -16,8 +16,10 @@ Conventions
 * No biases by default, as in Llama; ``FeedForward(..., bias=True)`` gives the
   original Transformer's and GPT-2's form.
 
-Explicit math (:func:`gelu`, :func:`silu`, :func:`swiglu`) sits beside the fast
-paths the modules use (``F.gelu``, ``F.silu``); the tests check that they agree.
+Explicit math (:func:`gelu`, :func:`silu`, :func:`swiglu`, :func:`geglu`) sits beside
+the fast paths the modules use (``F.gelu``, ``F.silu``), and the gated FFNs' backward
+passes are written out by hand (:func:`swiglu_backward`, :func:`geglu_backward`); the
+tests check them against torch and autograd.
 """
 
 from __future__ import annotations
