@@ -1,82 +1,23 @@
-"""The chapter 11 checkers: independent correct solutions pass, each common mistake is named,
-delegation is refused, and no message leaks a reference value."""
+"""The chapter 11 checkers beyond the catalogue (tests/mistakes/ex11.py): other correct formulations pass,
+the references agree with measurements of real blocks, and the checkers refuse what they must."""
 
 from functools import partial
+import math
 import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from course_lib import checkpointing as ck
-from course_lib.grading import GradingError, check_block_saved_bytes, check_saved_bytes
+from course_lib.block import TransformerBlock
+from course_lib.config import ModelConfig
+from course_lib.grading import (GradingError, check_checkpointed, check_gpt_block_saved_bytes,
+                                check_memory_predictions, check_saved_bytes)
+from course_lib.grading import checkpointing as grading
 
 from grading_helpers import expect_failure
 
-
-# --- correct solutions written independently of course_lib -----------------------------------------
-
-def good_saved_bytes(fn, args, exclude=()):
-    skip = {p.untyped_storage().data_ptr() for p in exclude}
-    storages = {}  # address -> bytes; the tensors stay alive in `kept` while we count
-
-    kept = []
-
-    def pack(t):
-        kept.append(t)
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*args)
-    return sum(storages.values())
-
-
-def tensor_returning_saved_bytes(fn, args, exclude=()):  # a 0-d integer tensor is fine too
-    return torch.tensor(good_saved_bytes(fn, args, exclude))
-
-
-def good_block_saved_bytes(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
-    B, T, D, H, F = batch, seq_len, d_model, n_heads, d_ff
-    d_h = D // H
-    norms = 2 * (3 * B * T * D + B * T)
-    rope = 2 * T * (d_h // 2)
-    swiglu = 4 * B * T * F
-    w_o_in = B * T * H * d_h
-    if attention == "sdpa":
-        attn = B * H * T * d_h + 2 * B * n_kv_heads * T * d_h + B * H * T * d_h + B * H * T
-        return 4 * (norms + rope + attn + w_o_in + swiglu)
-    attn = 3 * B * H * T * d_h + 2 * B * H * T * T
-    return 4 * (norms + rope + attn + w_o_in + swiglu) + 2 * T * T
-
-
-@pytest.mark.parametrize("checker, solution", [
-    (check_saved_bytes, good_saved_bytes),
-    (check_saved_bytes, tensor_returning_saved_bytes),
-    (check_block_saved_bytes, good_block_saved_bytes),
-])
-def test_correct_solutions_pass(checker, solution):
-    checker(solution)
-
-
-def test_the_block_solution_matches_a_measured_block():
-    """The independent formula is the measurement, not just the reference's arithmetic."""
-    from course_lib.block import TransformerBlock
-    from course_lib.config import ModelConfig
-    from course_lib.positional import rope_cos_sin
-
-    cfg = ModelConfig(vocab_size=10, d_model=48, n_layers=1, n_heads=6, n_kv_heads=2, d_ff=72)
-    block = TransformerBlock(cfg)
-    x = torch.randn(2, 5, 48, requires_grad=True)
-    cos, sin = rope_cos_sin(torch.arange(5), cfg.head_dim)
-    for attention in ("sdpa", "reference"):
-        measured = good_saved_bytes(lambda a: block(a, cos, sin, implementation=attention), (x,),
-                                    tuple(block.parameters()))
-        assert measured == good_block_saved_bytes(2, 5, 48, 6, 2, 72, attention)
-
-
-# --- mistakes are named ----------------------------------------------------------------------------
 
 def assert_no_values_leak(message):
     assert "tensor(" not in message
@@ -87,136 +28,177 @@ def assert_no_values_leak(message):
 expect = partial(expect_failure, no_leak=assert_no_values_leak)
 
 
-def measuring(*, dedupe=True, whole=True, identity=False, skip=True, floats_only=False):
-    def saved_bytes(fn, args, exclude=()):
-        seen, total, kept = set(), 0, []
-        skip_ptrs = {p.untyped_storage().data_ptr() for p in exclude}
+# --- correct solutions written differently from the exercise's ------------------------------------------
 
-        def pack(t):
-            nonlocal total
-            kept.append(t)
-            ptr = t.untyped_storage().data_ptr()
-            if skip and (any(t is p for p in exclude) if identity else ptr in skip_ptrs):
-                return t
-            if floats_only and not t.is_floating_point():
-                return t
-            if dedupe and ptr in seen:
-                return t
-            seen.add(ptr)
-            total += t.untyped_storage().nbytes() if whole else t.numel() * t.element_size()
-            return t
+def identity_saved_bytes(fn, args, exclude=()):
+    """Storages told apart by the storage object's identity (as course_lib does), not by address."""
+    skip = {p.untyped_storage()._cdata for p in exclude}
+    storages = {}
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            fn(*args)
-        return total
+    def pack(t):
+        s = t.untyped_storage()
+        if s._cdata not in skip:
+            storages[s._cdata] = s  # keeps the storage alive while we count
+        return t
 
-    return saved_bytes
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)  # noqa: F841
+    return sum(s.nbytes() for s in storages.values())
 
 
-SAVED_BYTES_MISTAKES = {
-    "parameters were counted": measuring(skip=False),
-    "recognised by identity": measuring(identity=True),
-    "only floating-point tensors": measuring(floats_only=True),
-    "count each storage once": measuring(dedupe=False),
-    "keeps its whole storage alive": measuring(whole=False),
-    "every time it was saved": measuring(dedupe=False, whole=False),
-}
+def gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff):
+    B, T, D, H, F_ = batch, seq_len, d_model, n_heads, d_ff
+    layer_norm = 4 * (2 * B * T * D + B * T + B * T * D)  # x − μ twice, 1/σ, x̂
+    qkv_input = 4 * B * T * D  # the first norm's output, read by w_q, w_k, w_v
+    core = 4 * (3 * B * T * D + 2 * B * H * T * T) + 2 * T * T
+    w_o = 4 * B * T * D
+    ffn = 4 * (B * T * D + 2 * B * T * F_)  # the second norm's output, GELU's input and output
+    return 2 * layer_norm + qkv_input + core + w_o + ffn
 
 
-@pytest.mark.parametrize("fragment", SAVED_BYTES_MISTAKES)
-def test_saved_bytes_mistakes_are_named(fragment):
-    expect(check_saved_bytes, SAVED_BYTES_MISTAKES[fragment], fragment)
+class StateInCtx(torch.autograd.Function):
+    """Restores the generator's state without fork_rng, and keeps x as a ctx attribute: also right."""
+
+    @staticmethod
+    def forward(ctx, fn, x):
+        ctx.fn, ctx.x, ctx.state = fn, x.detach(), torch.random.get_rng_state()
+        with torch.no_grad():
+            return fn(x)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        torch.random.set_rng_state(ctx.state)
+        with torch.enable_grad():
+            x = ctx.x.requires_grad_()
+            y = ctx.fn(x)
+        y.backward(grad_y)
+        return None, x.grad
 
 
-def block_with(**change):
-    def formula(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
-        B, T, D, H, F = batch, seq_len, d_model, n_heads, d_ff
-        d_h = D // H
-        kv = change.get("kv", n_kv_heads if attention == "sdpa" else H)
-        e = 2 * (change.get("norm", 3) * B * T * D + change.get("rms", 1) * B * T)
-        e += change.get("rope", 1) * T * d_h
-        e += B * H * T * d_h + 2 * B * kv * T * d_h
-        if attention == "sdpa":
-            e += B * H * T * d_h + change.get("lse", 1) * B * H * T
-        else:
-            e += change.get("weights", 2) * B * H * T * T
-        e += change.get("w_o", 1) * B * T * H * d_h + change.get("swiglu", 4) * B * T * F
-        e += change.get("params", 0) * (2 * D * H * d_h + 2 * D * n_kv_heads * d_h + 3 * D * F + 2 * D)
-        masks = 2 * T * T * change.get("masks", 1) if attention == "reference" else 0
-        return change.get("bytes", 4) * e + masks
-
-    return formula
+def test_other_correct_formulations_pass():
+    check_saved_bytes(identity_saved_bytes)
+    check_gpt_block_saved_bytes(gpt_by_parts)
+    check_checkpointed(lambda fn, x: StateInCtx.apply(fn, x))
+    check_memory_predictions(lambda: {"checkpointed_gib": 1, "best_segment": 2.0, "flop_ratio_half": 1.1667,
+                                      "init_loss": 4.277})
 
 
-def kv_as(heads_of):
-    def formula(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
-        kv = n_kv_heads if heads_of == "kv" else n_heads
-        return block_with(kv=kv)(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention)
-    return formula
+# --- the references are right ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(2, 5, 8, 2, 32), (1, 2, 16, 2, 40), (3, 9, 24, 3, 50), (2, 17, 32, 4, 100)])
+def test_the_gpt_block_formula_is_what_a_real_block_saves(shape):
+    """The reference formula against course_lib's own GPT-style block (LayerNorm, GELU, biases, no RoPE) on
+    the explicit path, measured: it fails if the block's operations change."""
+    B, T, D, H, F_ = shape
+    config = ModelConfig(vocab_size=16, d_model=D, n_layers=1, n_heads=H, n_kv_heads=H, d_ff=F_, norm="layer",
+                         ffn="gelu", bias=True, positional="none")
+    block = TransformerBlock(config)
+    x = torch.randn(B, T, D, requires_grad=True)
+    measured = ck.saved_bytes(block, x, implementation="reference", exclude=block.parameters())
+    assert measured == grading._gpt_reference(*shape) == gpt_by_parts(*shape)
 
 
-def only_on(attention_path, wrong):
-    def formula(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
-        f = wrong if attention == attention_path else good_block_saved_bytes
-        return f(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention)
-    return formula
+def test_the_checkpoint_reference_is_torchs_checkpoint():
+    """Plain autograd on the same random stream is what torch.utils.checkpoint gives too."""
+    for case in grading._checkpoint_cases(torch.Generator().manual_seed(grading.CHECKPOINTED.seed)):
+        fn, x, grad_y, seed = case.args
+        x_ = x.detach().requires_grad_()
+        grading._start_stream(seed)
+        y = torch.utils.checkpoint.checkpoint(fn, x_, use_reentrant=False)
+        y.backward(grad_y)
+        want = grading._plain(fn, x, grad_y, seed)
+        assert torch.allclose(torch.cat([y.detach().reshape(-1), x_.grad.reshape(-1)]), want)
 
 
-BLOCK_MISTAKES = {
-    "explicit path's K and V were counted with n_kv_heads": only_on("reference", kv_as("kv")),
-    "fused path's K and V were counted with n_heads": only_on("sdpa", kv_as("heads")),
-    "keeps two (B, H, T, T) tensors": only_on("reference", block_with(weights=1)),
-    "two bool causal masks are missing": only_on("reference", block_with(masks=0)),
-    "log-sum-exp": only_on("sdpa", block_with(lse=0)),
-    "1/rms(x)": block_with(rms=0),
-    "RoPE tables": block_with(rope=0),
-    "three (B, T, D) tensors": block_with(norm=2),
-    "input of w_o": block_with(w_o=0),
-    "four (B, T, F) tensors": block_with(swiglu=3),
-    "parameters were counted": block_with(params=1),
-    "counted elements, not bytes": block_with(bytes=1),
-}
+def test_the_predictions_are_what_the_formulas_give():
+    truth = grading._true_predictions()
+    assert truth["checkpointed_gib"] == 1.0 and truth["best_segment"] == 2.0
+    assert math.isclose(truth["flop_ratio_half"], 7 / 6)
+    assert math.isclose(truth["init_loss"], math.log(65) + 0.1024)
 
 
-@pytest.mark.parametrize("fragment", BLOCK_MISTAKES)
-def test_block_mistakes_are_named(fragment):
-    expect(check_block_saved_bytes, BLOCK_MISTAKES[fragment], fragment)
+# --- refusals and messages ----------------------------------------------------------------------------------
+
+def test_saved_bytes_may_use_hooks_but_not_the_course_meter():
+    def delegate(fn, args, exclude=()):
+        return ck.saved_bytes(fn, *args, exclude=exclude)
+
+    expect(check_saved_bytes, delegate, "course_lib.checkpointing.saved_bytes")
 
 
-def test_wrong_return_types_are_explained():
-    expect(check_saved_bytes, lambda fn, args, exclude=(): 1.5, "should return a number of bytes as an int")
-    expect(check_block_saved_bytes, lambda *a: [1], "should return a number of bytes as an int")
-    expect(check_block_saved_bytes, lambda *a: 0, "block_saved_bytes returns wrong values")
+def test_a_tensor_is_not_a_number_of_bytes():
+    expect(check_saved_bytes, lambda fn, args, exclude=(): torch.tensor(identity_saved_bytes(fn, args, exclude)),
+           "should return a number of bytes")
+    expect(check_gpt_block_saved_bytes, lambda *a: float(gpt_by_parts(*a)), "as an int")
+
+
+def test_measuring_the_block_is_refused():
+    def on_meta(batch, seq_len, d_model, n_heads, d_ff):
+        x = torch.empty(batch, seq_len, d_model, device="meta")
+        return int((x * 2).numel()) * 0 + gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff)
+
+    expect(check_gpt_block_saved_bytes, on_meta, "meta device")
+
+    def with_hooks(batch, seq_len, d_model, n_heads, d_ff):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            pass
+        return gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff)
+
+    expect(check_gpt_block_saved_bytes, with_hooks, "saved-tensor hooks")
+
+    def predictions():
+        torch.nn.Linear(2, 2)
+        return {"checkpointed_gib": 1, "best_segment": 2, "flop_ratio_half": 7 / 6, "init_loss": 4.277}
+
+    expect(check_memory_predictions, predictions, "building an nn.Module")
+
+
+def test_torchs_checkpoint_is_refused_by_any_road():
+    from torch.utils import checkpoint as tc
+
+    expect(check_checkpointed, lambda fn, x: tc.checkpoint(fn, x, use_reentrant=True), "torch.utils.checkpoint")
+    expect(check_checkpointed, lambda fn, x: tc.checkpoint_sequential([fn], 1, x, use_reentrant=False),
+           "torch.utils.checkpoint")
+
+
+def test_checkpoint_messages():
+    expect(check_checkpointed, lambda fn, x: fn(x).detach(), "no graph")
+    expect(check_checkpointed, lambda fn, x: [fn(x)], "should return fn(x), a tensor")
+    expect(check_checkpointed, lambda fn, x: fn(x).sum(), "keeps x's shape")
+
+    class NoGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, fn, x):
+            with torch.no_grad():
+                return fn(x)
+
+        @staticmethod
+        def backward(ctx, grad_y):
+            return None, None
+
+    expect(check_checkpointed, lambda fn, x: NoGrad.apply(fn, x), "x has no gradient")
+
+
+def test_predictions_of_the_wrong_kind_are_named():
+    with pytest.raises(GradingError, match="should return a dict"):
+        check_memory_predictions(lambda: [1.0, 2, 7 / 6, 4.277])
+    with pytest.raises(GradingError, match="has no value for"):
+        check_memory_predictions(lambda: {"checkpointed_gib": 1.0})
+    with pytest.raises(GradingError, match="still empty"):
+        check_memory_predictions(lambda: {"checkpointed_gib": ..., "best_segment": 2, "flop_ratio_half": 1.2,
+                                          "init_loss": 4.3})
 
 
 def test_not_implemented_is_reported():
-    def todo(*args):
+    def todo(*args, **kwargs):
         raise NotImplementedError()
 
-    expect(check_saved_bytes, todo, "not implemented yet")
-    expect(check_block_saved_bytes, todo, "not implemented yet")
+    for checker in (check_saved_bytes, check_gpt_block_saved_bytes, check_checkpointed):
+        expect(checker, todo, "not implemented yet")
 
 
-# --- delegation is refused -------------------------------------------------------------------------
-
-@pytest.mark.parametrize("delegate", [
-    lambda fn, args, exclude=(): ck.saved_bytes(fn, *args, exclude=exclude),
-    lambda fn, args, exclude=(): _with_log(fn, args, exclude),
-])
-def test_saved_bytes_delegation_is_refused(delegate):
-    with pytest.raises(GradingError, match="course_lib.checkpointing"):
-        check_saved_bytes(delegate)
-
-
-def _with_log(fn, args, exclude):
-    with ck.SavedTensorLog(exclude=exclude) as log:
-        fn(*args)
-    return log.nbytes
-
-
-def test_block_delegation_is_refused():
-    def delegate(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention):
-        return ck.block_saved_bytes(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff, attention=attention)
-
-    with pytest.raises(GradingError, match="course_lib.checkpointing.block_saved_bytes"):
-        check_block_saved_bytes(delegate)
+def test_dropout_functions_really_draw_random_numbers():
+    """The cases that test the bug must differ when the recomputation draws new numbers."""
+    cases = grading._checkpoint_cases(torch.Generator().manual_seed(grading.CHECKPOINTED.seed))
+    differ = [not torch.allclose(grading._fresh_mask(*c.args), grading._plain(*c.args)) for c in cases]
+    assert differ[0] and sum(differ) >= 4

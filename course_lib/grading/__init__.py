@@ -15,7 +15,8 @@ from ._selfcheck import self_check
 from .attention import (check_attention_backward, check_attention_predictions, check_gqa_forward,
                         check_sliding_window_attention)
 from .block import check_block_predictions, check_parallel_block, check_pre_norm_block, check_res_post_norm_block
-from .checkpointing import check_block_saved_bytes, check_saved_bytes
+from .checkpointing import (check_checkpointed, check_gpt_block_saved_bytes, check_memory_predictions,
+                            check_saved_bytes)
 from .counting import (check_count_params, check_counting_predictions, check_moe_params,
                        check_window_core_flops)
 from .ffn import check_ffn_predictions, check_geglu_backward, check_llama_ffn, check_top_k_swiglu
@@ -42,7 +43,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block", "check_block_predictions",
            "check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions",
            "check_lm_forward", "check_next_token_probs", "check_sample_generate", "check_tied_embedding_grad",
-           "check_saved_bytes", "check_block_saved_bytes",
+           "check_saved_bytes", "check_gpt_block_saved_bytes", "check_checkpointed", "check_memory_predictions",
            "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions",
            "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
