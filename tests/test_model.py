@@ -29,7 +29,8 @@ def hf_model(kind: str, attn: str = "sdpa", seed: int = 0, **kwargs):
 
     theta = kwargs.pop("rope_theta", 10_000.0)
     defaults = dict(vocab_size=97, intermediate_size=88, num_hidden_layers=2, max_position_embeddings=64,
-                    rms_norm_eps=1e-5, rope_theta=theta)  # accepted by transformers 4.x and 5.x
+                    rms_norm_eps=1e-5, rope_theta=theta,  # accepted by transformers 4.x and 5.x
+                    eos_token_id=None)  # Hugging Face's generate would stop at an end-of-sequence token
     config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (MistralConfig, MistralForCausalLM)
     config = config_cls(**{**defaults, **kwargs})
     config._attn_implementation = attn
