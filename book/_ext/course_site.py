@@ -11,6 +11,8 @@
 - ``course_lib``'s docstrings, written as plain text with Unicode math, render faithfully in the API
   reference without Sphinx warnings.
 - Site-wide CSS (book/_static/course.css).
+- Download copies start afresh each build: Sphinx 7.4 warns (an error under -W) when a file it copies
+  to ``_downloads/`` (the released exercises of the Exercises page) replaces a different older copy.
 """
 
 from __future__ import annotations
@@ -169,6 +171,12 @@ def _process_docstring(app, what, name, obj, options, lines) -> None:
 # ----------------------------------------------------------------------------------------- setup
 
 
+def _fresh_downloads(app, builder) -> None:
+    """Runs when writing starts, just before the builder copies every download file again: remove the
+    old copies, so that none is "overwritten" (a build with nothing to write never gets here)."""
+    shutil.rmtree(pathlib.Path(app.outdir) / "_downloads", ignore_errors=True)
+
+
 def _add_static(app, config) -> None:
     config.html_static_path.append(str(STATIC))
 
@@ -177,6 +185,7 @@ def setup(app):
     register_styles()
     app.setup_extension("sphinx.ext.autodoc")
     app.connect("config-inited", _add_static)
+    app.connect("write-started", _fresh_downloads)
     app.add_css_file("course.css")
     app.connect("html-page-context", _dedupe_js)
     app.connect("doctree-read", _depend_on_reader)
