@@ -33,8 +33,9 @@ CELL_TIMEOUT = 600  # seconds; a chapter's whole budget is one minute (four for 
 
 
 def _pip(python: pathlib.Path, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # --no-compile: Python compiles what the notebooks import, not all of torch (half the install's CPU)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check",
+                    *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
