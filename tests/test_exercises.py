@@ -80,10 +80,6 @@ def first_wrong(assignment: str) -> dict[str, str]:
     for entry in CATALOGUES.get(assignment, []):
         if entry.expect is not None:
             wrong.setdefault(entry.answer, entry.code)
-    if assignment not in CATALOGUES:  # transitional: assignments whose catalogue is not written yet
-        from exercise_mistakes import MISTAKES
-
-        wrong = dict(MISTAKES.get(assignment, {}))
     return wrong
 
 

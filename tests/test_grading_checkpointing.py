@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from course_lib import checkpointing as ck
 from course_lib.block import TransformerBlock

@@ -44,7 +44,7 @@ def test_predictions_pass_within_each_keys_tolerance_and_wrong_types_are_named()
     check_counting_predictions(lambda: close)
     with pytest.raises(GradingError, match="llama_2_13b_params_b"):  # 13.0 is the name, not the count
         check_counting_predictions(lambda: {**close, "llama_2_13b_params_b": 13.0})
-    with pytest.raises(GradingError, match="`kv_cache_gib` is off"):  # unrecognised: generic, no value
+    with pytest.raises(GradingError, match="`kv_cache_gib` is not what happens"):  # unrecognised: generic, no value
         check_counting_predictions(lambda: {**close, "kv_cache_gib": 3.0})
     with pytest.raises(GradingError, match="should return a dict"):
         check_counting_predictions(lambda: [13.0, 4.0, 5.0, 80.9])

@@ -1,7 +1,6 @@
 """Rules every notebook follows: the same setup cell first, no outputs committed, one repository URL."""
 
 import json
-import pathlib
 import re
 
 import pytest

@@ -36,7 +36,7 @@ import torch
 from ._isolate import run_isolated
 from ._watch import Forbid, watching
 
-__all__ = ["Case", "Mistake", "Task", "GradingError", "NotDoneYet", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
+__all__ = ["Case", "Mistake", "Task", "GradingError", "NotDoneYet", "Plain", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
            "describe", "self_check_timed_out"]
 
 
@@ -46,6 +46,10 @@ class GradingError(AssertionError):
 
 class NotDoneYet(GradingError):
     """Raised by a checker when the student's function still raises NotImplementedError."""
+
+
+class Plain(str):
+    """A message from a task's ``explain`` hook that describes the error without naming a mistake."""
 
 
 _NOT_DONE = "is not implemented yet: replace `raise NotImplementedError()` with your code."
@@ -272,23 +276,18 @@ def _grade_case(task: Task, student, case: Case, names: list[str]) -> str | None
     ref_args, ref_kwargs = _copy(case)
     want = task.reference(*ref_args, **ref_kwargs)  # before the student's code runs
     args, kwargs = _copy(case)
+    failure = None  # what the student's call raised, reported unless a forbidden use explains it first
     with watching(task.forbid) as watch:
         try:
             got = task.run(student, *args, **kwargs) if task.run else student(*args, **kwargs)
         except NotImplementedError:
             return f"{name} {_NOT_DONE}"
         except GradingError as err:  # raised by the task's own `run` wrapper
-            return str(err)
+            failure = str(err)
         except MemoryError:
-            return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
+            failure = f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
         except Exception as err:  # the student's own error: say where, not what the answer is
-            if "can't allocate memory" in str(err) or "out of memory" in str(err):
-                return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
-            hint = ""
-            if "must match the size of tensor" in str(err) or "cannot be broadcast" in str(err):
-                hint = (" — the shapes do not broadcast: did a reduction drop its dimension (keepdim=True), or "
-                        "is an unsqueeze or a transpose missing?")
-            return f"{name} raised {type(err).__name__} for {case.label}: {_short(err)}{hint}"
+            failure = _student_error(name, case, err)
     if watch.offence is not None and watch.escape:
         return (f"{name} uses {watch.offence} (for {case.label}). The grader must see every operation your "
                 f"function runs, so this is not allowed: compute the result directly, in this thread.")
@@ -296,12 +295,24 @@ def _grade_case(task: Task, student, case: Case, names: list[str]) -> str | None
         return (f"{name} uses {watch.offence}, which does the work this task asks you to do (for {case.label}). "
                 f"Write it with the elementary operations the exercise allows; a solution that delegates scores "
                 f"no points.")
+    if failure is not None:
+        return failure
     changed = _changed_arguments(pristine_args, pristine_kwargs, args, kwargs, names, set(task.mutates))
     if changed:
         which = " and ".join(f"`{n}`" for n in changed)
         return (f"{name} changed its input {which} in place (for {case.label}). Leave inputs as they are: use "
                 f"out-of-place operations (y = x * 2, not x *= 2 or x.mul_(2)) or work on a copy (x.clone()).")
     return _compare(task, got, want, case, pristine_args, pristine_kwargs)
+
+
+def _student_error(name: str, case: Case, err: Exception) -> str:
+    if "can't allocate memory" in str(err) or "out of memory" in str(err):
+        return f"{name} ran out of memory for {case.label} (it tried to allocate far more than it needs)."
+    hint = ""
+    if "must match the size of tensor" in str(err) or "cannot be broadcast" in str(err):
+        hint = (" — the shapes do not broadcast: did a reduction drop its dimension (keepdim=True), or is an "
+                "unsqueeze or a transpose missing?")
+    return f"{name} raised {type(err).__name__} for {case.label}: {_short(err)}{hint}"
 
 
 def _short(err: Exception, limit: int = 300) -> str:
@@ -370,6 +381,8 @@ def _compare(task: Task, got, want, case: Case, args, kwargs) -> str | None:
         return None
     if task.explain is not None:
         explained = task.explain(got, want, case)
+        if isinstance(explained, Plain):
+            return f"{name} is wrong for {case.label}: {explained}"
         if explained:
             return f"{name} is wrong for {case.label}. Likely mistake: {explained}"
     for mistake in task.mistakes:
@@ -419,25 +432,6 @@ def wrap(message: str, width: int = 88) -> str:
 def autograding() -> bool:
     """Whether nbgrader is executing this notebook (autograde or validate)."""
     return bool(os.environ.get("NBGRADER_EXECUTION"))
-
-
-# --- transitional: the previous interface, for checker modules not yet written as Tasks ------------------
-
-@dataclass(frozen=True)
-class Forbidden:
-    """(Transitional.) A Python function the task must not call, with the name a message uses."""
-
-    target: Any
-    name: str
-
-
-def check_function(student, reference, cases, *, task, mistakes=(), forbidden=(), rtol=None, atol=None) -> None:
-    """(Transitional.) :meth:`Task.check` with the previous signature."""
-    functions = tuple((f.target, f.name) for f in forbidden if not isinstance(f.target, str)
-                      and hasattr(f.target, "__code__"))
-    cases = list(cases)
-    Task(name=task, reference=reference, cases=lambda gen: cases, seed=0, mistakes=tuple(mistakes),
-         forbid=Forbid(functions=functions), rtol=rtol, atol=atol).check(student)
 
 
 _ORIGINALS = (run_isolated, _grade, _grade_case, _compare, watching, Task.check,

@@ -174,6 +174,19 @@ def _module_members(module: types.ModuleType) -> list[tuple[object, str]]:
     return members
 
 
+def _module_codes(module: types.ModuleType, seen: set[int]) -> list[tuple[types.CodeType, str]]:
+    """The code objects of a module's own functions and methods: only those whose source is the module's
+    file, so that a shared decorator's wrapper or a generic inherited method (an Enum's __new__) defined
+    elsewhere is not mistaken for the module's work."""
+    filename = getattr(module, "__file__", None)
+    found = []
+    for obj, name in _module_members(module):
+        for code in _code_objects(obj, seen):
+            if filename is None or code.co_filename == filename:
+                found.append((code, name))
+    return found
+
+
 def _op_name(func) -> str:
     """The name an operation is known by at its level: 'softmax' for torch.softmax and Tensor.softmax,
     '_softmax' for aten._softmax.default."""
@@ -199,7 +212,8 @@ class Watch:
         seen: set[int] = set()
         targets = list(forbid.functions)
         for module in forbid.modules:
-            targets += _module_members(module)
+            for code, name in _module_codes(module, seen):
+                self._codes.setdefault(code, name)
         if forbid.autograd:
             targets += _AUTOGRAD_FUNCTIONS
         if forbid.models:
@@ -358,7 +372,12 @@ class _DispatchMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.watch._aten_call(func, args, kwargs)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if self.watch._models and not self.watch._paused:
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            if any(isinstance(o, torch.Tensor) and o.device.type == "meta" for o in outs):
+                self.watch._record("tensors on the meta device (building a model to read its sizes)")
+        return out
 
 
 _current: list[Watch] = []

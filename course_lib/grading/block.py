@@ -18,7 +18,6 @@ block classes is refused.
 
 from __future__ import annotations
 
-import numbers
 
 import torch
 from torch import nn
@@ -31,7 +30,8 @@ from ..config import ModelConfig
 from ..ffn import FeedForward, SwiGLU
 from ..norms import LayerNorm, RMSNorm
 from ..positional import rope_cos_sin
-from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, describe
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, Task, describe
 from ._watch import paused
 
 __all__ = ["check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block",
@@ -356,7 +356,6 @@ check_pre_norm_block = PRE_NORM_BLOCK.checker(
 
 # --- Task 4: predictions ---------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("silenced_pre_rms", "silenced_post_rms", "kv_head", "scores_gib")
 
 _WRONG_PREDICTIONS = {
     "silenced_pre_rms": [
@@ -394,50 +393,17 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=torch.float64)
-
-
 def _close_enough(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-12)
 
 
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if _close_enough(g, w):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if _close_enough(g, value):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-BLOCK_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=710,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=1e-3, atol=1e-9, explain=_predictions_explain,
+BLOCK_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=710,
+    rtol=1e-3,
+    atol=1e-9,
+    advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_block_predictions = BLOCK_PREDICTIONS.checker(

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +19,7 @@ from torch import nn
 
 from .. import checkpointing as ref
 from . import _watch
+from ._predictions import predictions_task
 from ._core import Case, Forbid, GradingError, Mistake, NumberOutput, Task, TensorOutput, describe
 
 __all__ = ["check_saved_bytes", "check_gpt_block_saved_bytes", "check_checkpointed", "check_memory_predictions"]
@@ -397,7 +397,6 @@ check_checkpointed = CHECKPOINTED.checker(
 
 # --- Task 4: predictions ----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("checkpointed_gib", "best_segment", "flop_ratio_half", "init_loss")
 
 _WRONG_PREDICTIONS = {
     "checkpointed_gib": [
@@ -447,51 +446,14 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=_F64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=_F64)
-
-
-def _near(a: float, b: float) -> bool:
-    return abs(a - b) <= 3e-3 * max(abs(b), 1e-3)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if _near(g, w):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if _near(g, value):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper from the chapter first, then run the cell below."
-    return None
-
-
-MEMORY_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=1104,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=3e-3, atol=1e-6, explain=_predictions_explain,
+MEMORY_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=1104,
+    rtol=3e-3,
+    atol=1e-6,
     forbid=Forbid(modules=(ref,), models=True),
+    advice="Work it out on paper from the chapter first, then run the cell below.",
 )
 
 check_memory_predictions = MEMORY_PREDICTIONS.checker(

@@ -14,13 +14,13 @@ and so does calling ``course_lib.counting``.
 
 from __future__ import annotations
 
-import numbers
 
 import torch
 
 from .. import counting as ref
 from ..config import PRESETS, ModelConfig
-from ._core import Case, Forbid, GradingError, Mistake, NumberOutput, Task, TupleOutput
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, NumberOutput, Task, TupleOutput
 
 __all__ = ["check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions"]
 
@@ -294,7 +294,6 @@ check_window_core_flops = WINDOW_CORE_FLOPS.checker(
 
 # --- Task 4: predictions ----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("llama_2_13b_params_b", "kv_cache_gib", "max_train_params_b", "train_flops_e21")
 
 # Llama 2 13B's published shape (Touvron et al., 2023): not a preset, so the chapter never prints its count.
 LLAMA_2_13B = ModelConfig(vocab_size=32_000, d_model=5120, n_layers=40, n_heads=40, d_ff=13_824,
@@ -358,49 +357,14 @@ _WRONG_PREDICTIONS = {
 }
 
 
-def _predictions_reference() -> torch.Tensor:
-    return torch.tensor([_TRUTH[k] for k in PREDICTION_KEYS], dtype=torch.float64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    """The student's four numbers, each replaced by the true value when it is within its tolerance (so
-    the comparison that follows is exact, and each key keeps its own tolerance)."""
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        value = float(value)
-        truth = _TRUTH[key]
-        values.append(truth if abs(value - truth) <= _TOLERANCE[key] * abs(truth) else value)
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if g == w:
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if abs(g - value) <= _TOLERANCE[key] * abs(value):
-                return f"`{key}`: {why}"
-        return f"`{key}` is off. Work it out on paper from the chapter's formulas, then run the check below it."
-    return None
-
-
-COUNTING_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=848,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, rtol=0.0, atol=0.0, explain=_predictions_explain, forbid=_FORBID,
+COUNTING_PREDICTIONS = predictions_task(
+    truth=lambda: _TRUTH,
+    wrong=_WRONG_PREDICTIONS,
+    seed=848,
+    rtol=_TOLERANCE,
+    atol=0.0,
+    forbid=_FORBID,
+    advice="Work it out on paper from the chapter's formulas, then run the check below it.",
 )
 
 check_counting_predictions = COUNTING_PREDICTIONS.checker(

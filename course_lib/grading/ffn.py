@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from .. import ffn as ref
-from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, TupleOutput, describe
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, Task, TensorOutput, TupleOutput, describe
 
 __all__ = ["check_llama_ffn", "check_top_k_swiglu", "check_geglu_backward", "check_ffn_predictions"]
 
@@ -321,7 +321,6 @@ check_geglu_backward = GEGLU_BACKWARD.checker(
 
 # --- Task 4: predictions ----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("hidden_width", "ffn_params", "ffn_share", "gate_output")
 _D = 2560
 
 _WRONG_PREDICTIONS = {
@@ -362,47 +361,14 @@ def _true_predictions() -> dict[str, float]:
             "gate_output": -1.0 / (1.0 + math.e) * 4.0}
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if abs(g - w) <= 1e-3 * max(1.0, abs(w)):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if abs(g - value) <= 1e-3 * max(1.0, abs(value)):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-FFN_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=404,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=1e-3, atol=1e-3, explain=_predictions_explain,
+FFN_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=404,
+    rtol=1e-3,
+    atol=1e-3,
     forbid=Forbid(modules=(ref,), models=True),
+    advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_ffn_predictions = FFN_PREDICTIONS.checker(

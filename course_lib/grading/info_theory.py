@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from .. import info_theory as ref
-from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, describe
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, Task, TensorOutput, describe
 
 __all__ = ["check_entropy", "check_info_predictions", "check_logsumexp", "check_label_smoothed_cross_entropy",
            "check_soft_cross_entropy_grad"]
@@ -101,7 +101,6 @@ check_entropy = ENTROPY.checker(
 
 # --- Task 2: predictions ----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("dyadic_bits", "init_loss_nats", "kl_impossible", "ppl_two_tokens")
 
 # Wrong predictions that reveal a specific misunderstanding, key by key.
 _WRONG_PREDICTIONS = {
@@ -126,6 +125,7 @@ _WRONG_PREDICTIONS = {
         (0.0, "KL is zero only when the two distributions are equal; these are not."),
         (0.5, "half the data come from the outcome Q calls impossible, and each of those costs −log₂ 0 bits: "
               "what is half of that?"),
+        (None, "the answer is not a finite number. Which outcome does P produce that Q gives probability 0?"),
     ],
     "ppl_two_tokens": [
         (5.0, "5 is the average of the two tokens' perplexities (2 and 8). Perplexity exponentiates the "
@@ -152,57 +152,13 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=_F64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=_F64)
-
-
-def _near(a: float, b: float) -> bool:
-    if math.isinf(a) or math.isinf(b) or math.isnan(a) or math.isnan(b):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return abs(a - b) <= 1e-2 + 2e-3 * abs(b)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if _near(g, w):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if _near(g, value):
-                return f"`{key}`: {why}"
-        if math.isinf(w) and math.isfinite(g):
-            return (f"`{key}` is not what happens: the answer is not a finite number. Which outcome does P "
-                    f"produce that Q gives probability 0?")
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-INFO_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=102,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=2e-3, atol=1e-2, explain=_predictions_explain,
+INFO_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=102,
+    rtol=2e-3,
+    atol=1e-2,
+    advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_info_predictions = INFO_PREDICTIONS.checker(

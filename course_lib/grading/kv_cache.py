@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 
 import torch
 
@@ -20,6 +18,7 @@ from .. import attention as attention_ref
 from .. import counting
 from .. import kv_cache as cache_ref
 from ..positional import apply_rope, rope_cos_sin
+from ._predictions import predictions_task
 from ._core import Case, Forbid, GradingError, Mistake, NumberOutput, Task, TensorOutput, describe
 
 __all__ = ["check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
@@ -30,8 +29,6 @@ _GIB = 2**30
 
 
 # --- Task 1: predictions ----------------------------------------------------------------------------------
-
-PREDICTION_KEYS = ("llama2_70b_gib", "llama2_7b_gib", "mistral_window_gib", "positions_without_cache")
 
 
 def _gib(n_layers, n_kv_heads, head_dim, seq_len, bytes_per_element=2):
@@ -88,51 +85,14 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=_F64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=_F64)
-
-
-def _near(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-2 * max(abs(b), 1e-3)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if _near(g, w):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if _near(g, value):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper from the shapes first, then run the cell below."
-    return None
-
-
-KV_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=1001,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=1e-2, atol=1e-6, explain=_predictions_explain,
+KV_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=1001,
+    rtol=1e-2,
+    atol=1e-6,
     forbid=Forbid(modules=(counting, cache_ref), models=True),
+    advice="Work it out on paper from the shapes first, then run the cell below.",
 )
 
 check_kv_predictions = KV_PREDICTIONS.checker(

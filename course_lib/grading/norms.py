@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
-import numbers
 
 import torch
 
 from .. import norms as ref
+from ._predictions import predictions_task
 from ._core import Case, Forbid, Mistake, NumberOutput, Task, TensorOutput, TupleOutput, describe
 
 __all__ = ["check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions"]
@@ -251,7 +251,6 @@ check_merge_moments = MERGE_MOMENTS.checker(
 
 # --- Task 4: predictions ----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("fp16_no_upcast", "fp16_upcast", "layer_norm_of_constant", "gain_ratio")
 
 # Wrong predictions that reveal a specific misunderstanding, key by key.
 _WRONG_PREDICTIONS = {
@@ -291,49 +290,13 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    from ._core import GradingError
-
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if abs(g - w) <= 1e-3 * max(1.0, abs(w)):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if (value != value and g != g) or abs(g - value) <= 1e-3 * max(1.0, abs(value)):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-NORM_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=504,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(),
-    rtol=1e-3, atol=1e-3, explain=_predictions_explain,
+NORM_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=504,
+    rtol=1e-3,
+    atol=1e-3,
+    advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_norm_predictions = NORM_PREDICTIONS.checker(

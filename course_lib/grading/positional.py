@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import sys
 
 import torch
 
 from .. import positional as ref
-from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, describe
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, Task, TensorOutput, describe
 
 __all__ = ["check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
            "check_position_predictions"]
@@ -289,21 +289,17 @@ check_apply_rope.task = APPLY_ROPE
 
 # --- Task 4: predictions --------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("alibi_12", "pe_self_dot", "rope_repeated_gap", "rope_period")
-_SIZES = {"alibi_12": 12, "pe_self_dot": 1, "rope_repeated_gap": 1, "rope_period": 1}
-
-
 def _geometric(n, start=1):
     return [2.0 ** (-8.0 * (h + start) / n) for h in range(n)]
 
 
-def _true_predictions() -> dict[str, list[float]]:
+def _true_predictions() -> dict:
     return {
         "alibi_12": ref.alibi_slopes(12, dtype=_F64).tolist(),
         # PE(p)·PE(p) = Σ_i sin² + cos² = D/2, at any p (here D = 128, p = 1000)
-        "pe_self_dot": [float(ref.sinusoidal_encoding(torch.tensor([1000]), 128, dtype=_F64)[0].pow(2).sum())],
-        "rope_repeated_gap": [0.0],  # identical tokens: identical values, outputs equal whatever the weights
-        "rope_period": [2 * math.pi],  # D_h = 2: one pair, θ_0 = 1 radian per position
+        "pe_self_dot": float(ref.sinusoidal_encoding(torch.tensor([1000]), 128, dtype=_F64)[0].pow(2).sum()),
+        "rope_repeated_gap": 0.0,  # identical tokens: identical values, outputs equal whatever the weights
+        "rope_period": 2 * math.pi,  # D_h = 2: one pair, θ_0 = 1 radian per position
     }
 
 
@@ -325,7 +321,10 @@ _WRONG = {
         (1.0, "the encoding is not a unit vector: each of its pairs has length 1."),
         (64.0 ** 0.5, "that is the length ‖PE(p)‖; the dot product with itself is its square."),
     ],
-    "rope_repeated_gap": [],
+    "rope_repeated_gap": [
+        (None, "RoPE rotates queries and keys, so it changes the attention weights; what do the value vectors "
+               "of a repeated token look like, and what is any weighted average of them?"),
+    ],
     "rope_period": [
         (1.0, "θ_0 = 1 is the angle per position; the score repeats when the angle has turned a full circle."),
         (math.pi, "cos(α + Δ) repeats every 2π, not π."),
@@ -334,70 +333,7 @@ _WRONG = {
     ],
 }
 
-
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([v for k in PREDICTION_KEYS for v in truth[k]], dtype=_F64)
-
-
-def _as_numbers(key, value) -> list[float]:
-    if value is ... or value is None:
-        raise GradingError(f"the prediction for '{key}' is still empty: replace ... with your answer.")
-    if isinstance(value, torch.Tensor):
-        value = value.tolist()
-    if _SIZES[key] > 1:
-        if not isinstance(value, (list, tuple)) or len(value) != _SIZES[key]:
-            raise GradingError(f"the prediction for '{key}' should be a list of {_SIZES[key]} numbers, one "
-                               f"per head in head order.")
-        values = list(value)
-    else:
-        values = [value]
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should hold numbers, but it holds a "
-                               f"{type(v).__name__}.")
-    return [float(v) for v in values]
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    return torch.tensor([v for k in PREDICTION_KEYS for v in _as_numbers(k, predictions[k])], dtype=_F64)
-
-
-def _near(got: list[float], want: list[float]) -> bool:
-    return all(abs(g - w) <= 1e-4 + 2e-3 * abs(w) for g, w in zip(got, want))
-
-
-def _predictions_explain(got, want, case) -> str | None:
-    start = 0
-    for key in PREDICTION_KEYS:
-        n = _SIZES[key]
-        g, w = got[start:start + n].tolist(), want[start:start + n].tolist()
-        start += n
-        if _near(g, w):
-            continue
-        for value, why in _WRONG[key]:
-            if _near(g, value if isinstance(value, list) else [value]):
-                return f"`{key}`: {why}"
-        if key == "rope_repeated_gap":
-            return ("`rope_repeated_gap`: RoPE rotates queries and keys, so it changes the attention weights; "
-                    "what do the value vectors of a repeated token look like, and what is any weighted average "
-                    "of them?")
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-POSITION_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=204,
-    cases=lambda gen: [Case("your predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=2e-3, atol=1e-4, explain=_predictions_explain,
-)
+POSITION_PREDICTIONS = predictions_task(truth=_true_predictions, wrong=_WRONG, seed=204, rtol=2e-3, atol=1e-4)
 
 check_position_predictions = POSITION_PREDICTIONS.checker(
     """Check ``predictions() -> dict``: ALiBi's 12 slopes, PE(p)·PE(p) at D = 128, the output gap of RoPE

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import torch
 from torch import nn
 
 from .. import init as init_ref
 from .. import norms, residual
-from ._core import Case, Forbid, GradingError, Mistake, Task, TensorOutput, TupleOutput, describe
+from ._predictions import predictions_task
+from ._core import Case, Forbid, Mistake, Task, TensorOutput, TupleOutput, describe
 from ._watch import paused
 
 __all__ = ["check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
@@ -450,7 +450,6 @@ check_residual_scaled_init = RESIDUAL_SCALED_INIT.checker(
 
 # --- Task 4: predictions -----------------------------------------------------------------------------------
 
-PREDICTION_KEYS = ("paths", "stream_rms", "post_norm_gradient", "concat_width")
 
 # Wrong predictions that reveal a specific misunderstanding, key by key.
 _WRONG_PREDICTIONS = {
@@ -492,50 +491,17 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-def _predictions_reference() -> torch.Tensor:
-    truth = _true_predictions()
-    return torch.tensor([truth[k] for k in PREDICTION_KEYS], dtype=torch.float64)
-
-
-def _read_predictions(student) -> torch.Tensor:
-    predictions = student()
-    if not isinstance(predictions, dict):
-        raise GradingError(f"`predictions()` should return a dict with the keys {list(PREDICTION_KEYS)}, but "
-                           f"it returns a {type(predictions).__name__}.")
-    missing = [k for k in PREDICTION_KEYS if k not in predictions]
-    if missing:
-        raise GradingError(f"`predictions` has no value for {missing}: fill in every key.")
-    values = []
-    for key in PREDICTION_KEYS:
-        value = predictions[key]
-        if value is ... or value is None:
-            raise GradingError(f"the prediction for '{key}' is still empty: replace ... with a number.")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise GradingError(f"the prediction for '{key}' should be a number, but it is a {type(value).__name__}.")
-        values.append(float(value))
-    return torch.tensor(values, dtype=torch.float64)
-
-
 def _close_enough(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-300)
 
 
-def _predictions_explain(got, want, case) -> str | None:
-    for i, key in enumerate(PREDICTION_KEYS):
-        g, w = float(got[i]), float(want[i])
-        if _close_enough(g, w):
-            continue
-        for value, why in _WRONG_PREDICTIONS[key]:
-            if _close_enough(g, value):
-                return f"`{key}`: {why}"
-        return f"`{key}` is not what happens. Work it out on paper first, then run the experiment below."
-    return None
-
-
-RESIDUAL_PREDICTIONS = Task(
-    name="predictions", reference=_predictions_reference, seed=609,
-    cases=lambda gen: [Case("your four predictions", ())],
-    run=_read_predictions, output=TensorOutput(), rtol=1e-3, atol=0.0, explain=_predictions_explain,
+RESIDUAL_PREDICTIONS = predictions_task(
+    truth=_true_predictions,
+    wrong=_WRONG_PREDICTIONS,
+    seed=609,
+    rtol=1e-3,
+    atol=0.0,
+    advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_residual_predictions = RESIDUAL_PREDICTIONS.checker(
