@@ -4,6 +4,7 @@ changed inputs, crashes, loops and memory exhaustion. One toy task (a row softma
 from __future__ import annotations
 
 import dataclasses
+import math
 import functools
 import threading
 import time
@@ -305,3 +306,51 @@ def test_messages_leak_no_values():
     for student in (ROADS["torch.softmax"], ROADS["a new thread"], lambda x: 2 * _softmax(x),
                     lambda x: _softmax(x) + 1e-3, lambda x: x @ x):
         no_values_leak(failure(student))
+
+
+# --- what the core's users reported ----------------------------------------------------------------------
+
+def test_a_meta_tensor_made_by_a_factory_is_refused_for_counting():
+    message = failure(lambda c: int(torch.empty(c.d_model, c.d_model, device="meta").numel()) * 0
+                      + counting_by_formula(c), COUNT)
+    assert "meta device" in message
+
+
+def counting_by_formula(c):
+    attn = 2 * c.d_model * c.n_heads * c.head_dim + 2 * c.d_model * c.n_kv_heads * c.head_dim
+    return c.n_layers * (attn + 3 * c.d_model * c.d_ff + 2 * c.d_model) + 2 * c.vocab_size * c.d_model + c.d_model
+
+
+def test_forbidding_a_module_refuses_its_own_code_only():
+    import enum
+
+    import torch.utils.checkpoint as torch_checkpoint
+
+    from course_lib.grading._watch import Watch
+
+    codes = Watch(Forbid(modules=(torch_checkpoint,)))._codes
+    assert all(code.co_filename == torch_checkpoint.__file__ for code in codes)
+    assert enum.Enum.__new__.__code__ not in codes  # an inherited method defined elsewhere
+
+
+def test_a_forbidden_use_is_reported_before_the_error_it_caused():
+    def delegates_then_crashes(x):
+        torch.softmax(x, -1)
+        raise ValueError("my own bug")
+
+    assert "delegates" in failure(delegates_then_crashes)
+
+
+def test_a_prediction_task_names_each_known_wrong_value_and_never_the_right_one():
+    from course_lib.grading._predictions import predictions_task
+
+    task = predictions_task(truth=lambda: {"loss": math.log(65), "slopes": [0.5, 0.25], "kl": math.inf},
+                            wrong={"loss": [(65.0, "that is the vocabulary size, not its log")],
+                                   "kl": [(None, "what does an impossible outcome cost?")]}, seed=0)
+    task.check(lambda: {"loss": 4.1744, "slopes": torch.tensor([0.5, 0.25]), "kl": float("inf")})
+    assert "vocabulary size" in failure(lambda: {"loss": 65, "slopes": [0.5, 0.25], "kl": math.inf}, task)
+    assert "impossible outcome" in failure(lambda: {"loss": 4.1744, "slopes": [0.5, 0.25], "kl": 1e9}, task)
+    message = failure(lambda: {"loss": 4.1744, "slopes": [0.5, 0.5], "kl": math.inf}, task)
+    assert "`slopes` is not what happens" in message and "0.25" not in message
+    assert "list of 2 numbers" in failure(lambda: {"loss": 4.17, "slopes": 0.5, "kl": math.inf}, task)
+    assert "still empty" in failure(lambda: {"loss": ..., "slopes": [0.5, 0.25], "kl": math.inf}, task)
