@@ -93,17 +93,7 @@ def tasks(nb: dict) -> int:
                and c["cell_type"] == "code" and not c["metadata"]["nbgrader"].get("grade"))
 
 
-def converted(notebook: str) -> bool:
-    """Whether the assignment's visible checks use @self_check (course_lib.grading) yet."""
-    return "@self_check" in (ROOT / notebook).read_text()
-
-
-@pytest.mark.parametrize("notebook", [
-    pytest.param(nb, marks=pytest.mark.xfail(
-        not converted(nb), strict=True,
-        reason=f"{pathlib.Path(nb).stem}: its self-checks are not converted to @self_check yet, so "
-               f"they end in NotImplementedError tracebacks (remove when the exercise is converted)"))
-    for nb in EXERCISES])
+@pytest.mark.parametrize("notebook", EXERCISES)
 def test_released_exercise_says_not_done_yet_once_per_task(run, notebook):
     result, nb = result_of(run, notebook)
     assert result["error"] is None, f"{notebook} {describe(result['error'])}"
