@@ -1,13 +1,16 @@
 """Train a character-level language model on Tiny Shakespeare from the command line.
 
-    python -m course_lib.train                                  # preset shakespeare-cpu, into runs/shakespeare-cpu
+    python -m course_lib.train                          # preset shakespeare-cpu,
+                                                        # into runs/shakespeare-cpu
     python -m course_lib.train --preset shakespeare-gpu --out runs/gpu
-    python -m course_lib.train --out runs/cpu --resume          # continue a run from its checkpoint
+    python -m course_lib.train --out runs/cpu --resume  # continue a run from
+                                                        # its checkpoint
 
-Writes into ``--out``: ``checkpoint.pt`` (model, both configs, optimiser state, step, the batch
-generator; saved atomically after every evaluation) and ``log.json`` (the run's settings and one
-record per evaluation: step, train loss, validation loss in nats per character, tokens per second,
-elapsed seconds). Bad input ends with a one-line error and exit status 2.
+Writes into ``--out``: ``checkpoint.pt`` (model, both configs, optimiser state, step,
+the batch generator; saved atomically after every evaluation) and ``log.json`` (the
+run's settings and one record per evaluation: step, train loss, validation loss in nats
+per character, tokens per second, elapsed seconds). Bad input ends with a one-line error
+and exit status 2.
 """
 
 from __future__ import annotations
