@@ -17,7 +17,12 @@ One concept per module, each the subject of a chapter::
     kv_cache      the KV cache: concatenating, then preallocated with one length (chapter 10)
     checkpointing what backward keeps, measured and predicted; activation checkpointing (chapter 11)
     example       the running example: one sentence followed through every chapter, a printable model
+    data          the shipped Tiny Shakespeare corpus, a character tokenizer, batches (chapter 12)
+    sampling      temperature, top-k and top-p: logits to a sampling distribution (chapters 9, 12)
+    training      AdamW, warmup + cosine, clipping, evaluation, checkpoints, presets (chapter 12)
 
+``data``, ``training`` and ``example`` are imported on demand (``python -m course_lib.train`` and
+``python -m course_lib.sample`` are the command lines); the model never imports them.
 ``device.get_device()`` is the one place that picks a device; ``notebook.setup()`` is what the
 first cell of every notebook calls. ``grading`` holds the checkers the exercises' hidden tests call
 and is imported on demand (it is not needed to use the library).
