@@ -31,6 +31,8 @@ from .positional import (check_apply_rope, check_position_predictions, check_sin
                          check_sinusoidal_shift_matrix)
 from .residual import (check_pre_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
                        check_residual_scaled_init)
+from .training import (check_evaluate_loss, check_learning_rate, check_sampling_probs, check_train_step,
+                       check_training_predictions)
 
 __all__ = ["GradingError", "self_check", "check_entropy", "check_info_predictions", "check_logsumexp",
            "check_label_smoothed_cross_entropy", "check_soft_cross_entropy_grad",
@@ -47,6 +49,8 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions",
            "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
-           "check_attend_with_window"]
+           "check_attend_with_window",
+           "check_train_step", "check_learning_rate", "check_sampling_probs", "check_evaluate_loss",
+           "check_training_predictions"]
 
 _display.install()
