@@ -49,6 +49,8 @@ __all__ = [
     "train_step",
     "evaluate",
     "bits_per_char",
+    "loss_per_position",
+    "train_on_batches",
     "Trainer",
     "save_checkpoint",
     "load_checkpoint",
@@ -253,6 +255,69 @@ def evaluate(model: nn.Module, data: torch.Tensor, context: int, batch_size: int
 def bits_per_char(nats: float) -> float:
     """A loss in nats per character as bits per character: nats / ln 2."""
     return nats / LN2
+
+
+@torch.no_grad()
+def loss_per_position(model: nn.Module, data: torch.Tensor, context: int, batch_size: int = 64,
+                      max_windows: int | None = None) -> torch.Tensor:
+    """The mean loss (nats) at each position of the window: (T,), entry t the mean over the
+    windows of −ln p(y_t | x_0 … x_t), for the same non-overlapping windows as :func:`evaluate`
+    (the first ``max_windows`` of them when given). Position t has seen t earlier tokens, so the
+    curve shows how the loss depends on the context a token gets — and, with ``context`` longer
+    than the training windows, how a model copes with positions it never trained on. The mean of
+    the curve equals :func:`evaluate` over the same windows.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total = torch.zeros(context, dtype=torch.float64, device=device)  # (T,)
+    count = 0
+    with torch.inference_mode():
+        for x, y in eval_windows(data, batch_size, context):
+            if max_windows is not None and count >= max_windows:
+                break
+            if max_windows is not None:
+                x, y = x[:max_windows - count], y[:max_windows - count]
+            x, y = x.to(device), y.to(device)
+            logits = model(x)  # (b, T, V)
+            nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (b, T)
+            total += nll.double().sum(dim=0)
+            count += x.shape[0]
+    model.train(was_training)
+    return (total / count).float()  # (T,)
+
+
+def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                     config: TrainConfig, *, progress: bool = False) -> list[float]:
+    """Train ``model`` for ``config.steps`` steps on batches ``x, y = next_batch()`` (B, T) — for data
+    that is not a corpus, such as ``data.induction_batch`` — with the same optimiser
+    (:func:`make_optimizer`), schedule (:func:`lr_at`) and step (:func:`train_step`, clipping to
+    ``config.grad_clip``) as :class:`Trainer`. No evaluation, no checkpoints. Returns every step's
+    training loss (nats)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if not callable(next_batch):
+        raise TypeError("next_batch must be a function of no arguments returning (x, y)")
+    c = config
+    optimizer = make_optimizer(model, c)
+    model.train()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm  # imported here: course_lib needs only torch, numpy, matplotlib
+
+        bar = tqdm(total=c.steps, unit="step", desc="training", dynamic_ncols=True)
+    losses: list[torch.Tensor] = []
+    try:
+        for step in range(c.steps):
+            x, y = next_batch()  # (B, T) each
+            lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
+            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [loss.item() for loss in losses]
 
 
 # --- the loop -----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from course_lib import training
 from course_lib.config import ModelConfig
-from course_lib.data import eval_windows, load_char_data
+from course_lib.data import eval_windows, get_batch, induction_batch, load_char_data
 from course_lib.training import (CheckpointError, Trainer, TrainConfig, build_model, evaluate, get_preset,
                                  load_checkpoint, lr_at, make_optimizer, param_groups, train_step)
 
@@ -291,3 +291,48 @@ def test_presets():
     assert (gpt2.n_layers, gpt2.n_heads, gpt2.d_model, ref.context, ref.batch_size, ref.steps) == (4, 4, 128, 64, 12, 2000)
     with pytest.raises(ValueError, match="unknown preset 'nope'"):
         get_preset("nope")
+
+
+def test_train_on_batches_is_the_trainers_loop(corpus):
+    """Fed the trainer's own batches, train_on_batches takes exactly the trainer's steps."""
+    train, val = corpus
+    config = RUN.replace(eval_at_start=False, eval_interval=RUN.steps)
+    trainer = Trainer(build_model(MODEL, seed=config.seed), train, val, config, progress=False)
+    trainer.train()
+    model = build_model(MODEL, seed=config.seed)
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    losses = training.train_on_batches(
+        model, lambda: get_batch(train, config.batch_size, config.context, generator), config)
+    assert len(losses) == config.steps
+    assert losses == pytest.approx(trainer.step_losses, rel=1e-6)
+    for mine, theirs in zip(model.parameters(), trainer.model.parameters()):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_train_on_batches_fits_a_fixed_batch():
+    model = build_model(MODEL, seed=0)
+    x, y = induction_batch(4, 8, 65, torch.Generator().manual_seed(0))  # one batch, seen every step
+    losses = training.train_on_batches(model, lambda: (x, y), RUN.replace(steps=40, lr=1e-2))
+    assert losses[0] > math.log(65) - 0.5 and losses[-1] < 1.0
+
+
+def test_train_on_batches_refuses_bad_arguments():
+    model = build_model(MODEL, seed=0)
+    with pytest.raises(TypeError, match="config"):
+        training.train_on_batches(model, lambda: None, {"steps": 3})
+    with pytest.raises(TypeError, match="next_batch"):
+        training.train_on_batches(model, None, RUN)
+
+
+def test_loss_per_position_averages_to_evaluate(corpus):
+    _, val = corpus
+    model = build_model(MODEL, seed=1)
+    curve = training.loss_per_position(model, val, 32, batch_size=16)
+    assert curve.shape == (32,)
+    assert curve.mean().item() == pytest.approx(evaluate(model, val, 32, 16), rel=1e-5)
+    x, y = next(eval_windows(val, 5, 32))  # the first 5 windows, by hand
+    with torch.no_grad():
+        nll = F.cross_entropy(model(x).transpose(1, 2), y, reduction="none")  # (5, T)
+    torch.testing.assert_close(training.loss_per_position(model, val, 32, 4, max_windows=5),
+                               nll.mean(dim=0), rtol=1e-5, atol=1e-6)
+    assert model.training  # left as it was
