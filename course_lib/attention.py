@@ -463,10 +463,11 @@ class GroupedQueryAttention(nn.Module):
                 )
         B, _, T, _ = q.shape
         if implementation == "reference":
-            k = repeat_kv(k, self.n_rep)  # (B, H, S, D_h): head h reads kv head h // n_rep
+            # head h reads kv head h // n_rep
+            k = repeat_kv(k, self.n_rep)  # (B, H, S, D_h)
             v = repeat_kv(v, self.n_rep)  # (B, H, S, D_h)
-        # "sdpa": the kernel does the same grouping itself (enable_gqa) without copying K and
-        # V to H heads, a copy of the whole KV cache at every decoding step
+        # "sdpa": the kernel does the same grouping itself (enable_gqa) without copying
+        # K and V to H heads, a copy of the whole KV cache at every decoding step
         out = attention(q, k, v, mask, causal=mask is None,  # no mask: causal
                         implementation=implementation,
                         enable_gqa=implementation == "sdpa")  # (B, H, T, D_h)

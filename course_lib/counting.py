@@ -116,21 +116,25 @@ def approx_params(config: ModelConfig) -> int:
 
 
 def block_flops(
-    config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int | None = None, *, causal: bool = False
+    config: ModelConfig, seq_len: int, batch: int = 1, kv_len: int | None = None,
+    *, causal: bool = False
 ) -> dict[str, int]:
-    """Forward FLOPs of one block by component, for ``batch`` sequences of ``seq_len`` queries
-    attending to ``kv_len`` keys (default ``seq_len``; larger when decoding with a cache).
+    """Forward FLOPs of one block by component, for ``batch`` sequences of ``seq_len``
+    queries attending to ``kv_len`` keys (default ``seq_len``; larger when decoding
+    with a cache).
 
-    Keys: q_proj, k_proj, v_proj, o_proj, qk (scores QKᵀ), softmax, av (weights × V), and the FFN's
-    matrices (ffn_gate, ffn_up, ffn_down for SwiGLU; ffn_up, ffn_down otherwise). Per component::
+    Keys: q_proj, k_proj, v_proj, o_proj, qk (scores QKᵀ), softmax, av (weights × V),
+    and the FFN's matrices (ffn_gate, ffn_up, ffn_down for SwiGLU; ffn_up, ffn_down
+    otherwise). Per component::
 
-        q_proj, o_proj      2·B·T·D·(H·D_h)             k_proj, v_proj   2·B·T·D·(H_kv·D_h)
-        qk, av              2·B·H·P·D_h                 softmax          5·B·H·P
-        each FFN matrix     2·B·T·D·F
+        q_proj, o_proj    2·B·T·D·(H·D_h)         k_proj, v_proj   2·B·T·D·(H_kv·D_h)
+        qk, av            2·B·H·P·D_h             softmax          5·B·H·P
+        each FFN matrix   2·B·T·D·F
 
-    where P is the number of query–key pairs scored: T·S (dense), or with ``causal=True`` only those
-    a causal mask keeps, T·(S − T) + T·(T + 1)/2 (the T queries are the last T of the S positions).
-    See the module docstring for the conventions.
+    where P is the number of query–key pairs scored: T·S (dense), or with
+    ``causal=True`` only those a causal mask keeps, T·(S − T) + T·(T + 1)/2 (the T
+    queries are the last T of the S positions). See the module docstring for the
+    conventions.
     """
     c = _check_config(config)
     if seq_len <= 0 or batch <= 0:
@@ -139,7 +143,8 @@ def block_flops(
     if s < seq_len:
         raise ValueError(f"kv_len ({s}) must be at least seq_len ({seq_len}): queries attend to themselves")
     tokens = batch * seq_len
-    pairs = seq_len * (s - seq_len) + seq_len * (seq_len + 1) // 2 if causal else seq_len * s
+    pairs = (seq_len * (s - seq_len) + seq_len * (seq_len + 1) // 2 if causal
+             else seq_len * s)
     q_width, kv_width = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
     flops = {
         "q_proj": 2 * tokens * c.d_model * q_width,
@@ -209,13 +214,14 @@ def moe_params(config: ModelConfig, n_experts: int, top_k: int) -> tuple[int, in
 
 
 def crossover_length(config: ModelConfig, *, causal: bool = False) -> float:
-    """The sequence length T at which the attention core (QKᵀ, softmax, AV) costs as many FLOPs as the
-    FFN. Per sequence the core costs (4·D_h + 5)·H·T² and the FFN m·D·F·T (m = 6 for SwiGLU's three
-    matrices, 4 for two), so T = m·D·F / ((4·D_h + 5)·H). Below it the FFN dominates.
+    """The sequence length T at which the attention core (QKᵀ, softmax, AV) costs as
+    many FLOPs as the FFN. Per sequence the core costs (4·D_h + 5)·H·T² and the FFN
+    m·D·F·T (m = 6 for SwiGLU's three matrices, 4 for two), so
+    T = m·D·F / ((4·D_h + 5)·H). Below it the FFN dominates.
 
-    The key/value heads H_kv do not appear: grouped-query attention shrinks the K and V projections,
-    not the H score matrices. With ``causal=True`` the core scores only T·(T + 1)/2 pairs, and the
-    crossover moves from L (dense) to 2·L − 1.
+    The key/value heads H_kv do not appear: grouped-query attention shrinks the K and
+    V projections, not the H score matrices. With ``causal=True`` the core scores only
+    T·(T + 1)/2 pairs, and the crossover moves from L (dense) to 2·L − 1.
     """
     c = _check_config(config)
     m = 6 if c.ffn == "swiglu" else 4

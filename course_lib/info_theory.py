@@ -186,13 +186,15 @@ def surprisal(prob: Any, *, base: float = BITS) -> torch.Tensor:
 def log_softmax(logits: Any, dim: int = -1) -> torch.Tensor:
     """log softmax(z)ᵢ = zᵢ − log Σⱼ exp(zⱼ), computed stably.
 
-    Subtracting m = maxⱼ zⱼ first changes nothing mathematically (it cancels) but keeps every
-    exponent ≤ 0, so exp never overflows: log Σⱼ exp(zⱼ) = m + log Σⱼ exp(zⱼ − m).
+    Subtracting m = maxⱼ zⱼ first changes nothing mathematically (it cancels) but
+    keeps every exponent ≤ 0, so exp never overflows:
+    log Σⱼ exp(zⱼ) = m + log Σⱼ exp(zⱼ − m).
     """
     z = _as_float_tensor(logits, "logits")
     _check_dim(z, dim, "logits")
     shifted = z - z.amax(dim, keepdim=True)  # every entry ≤ 0, the largest exactly 0
-    return shifted - shifted.exp().sum(dim, keepdim=True).log()  # the sum is ≥ 1: its log is safe
+    # the sum is ≥ 1: its log is safe
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
 
 def softmax(logits: Any, dim: int = -1) -> torch.Tensor:
@@ -203,13 +205,15 @@ def softmax(logits: Any, dim: int = -1) -> torch.Tensor:
 def cross_entropy_from_logits(
     logits: Any, targets: Any, *, base: float = NATS, reduction: str = "mean"
 ) -> torch.Tensor:
-    """The language-modelling loss: −log_b softmax(logits)[target], averaged over positions.
+    """The language-modelling loss: −log_b softmax(logits)[target], averaged over
+    positions.
 
-    ``logits`` has shape (..., V) — one row of unnormalised scores per position — and ``targets`` the
-    batch shape (...) with the index of the correct next token. With a one-hot target P, H(P, Q) keeps
-    one term, −log Q(target), so this equals :func:`cross_entropy` of the one-hot distribution and
-    ``softmax(logits)``. ``reduction`` is ``"mean"`` (the training loss), ``"sum"`` or ``"none"``.
-    Matches ``torch.nn.functional.cross_entropy`` (in nats) on ``logits.reshape(-1, V)``.
+    ``logits`` has shape (..., V) — one row of unnormalised scores per position — and
+    ``targets`` the batch shape (...) with the index of the correct next token. With a
+    one-hot target P, H(P, Q) keeps one term, −log Q(target), so this equals
+    :func:`cross_entropy` of the one-hot distribution and ``softmax(logits)``.
+    ``reduction`` is ``"mean"`` (the training loss), ``"sum"`` or ``"none"``. Matches
+    ``torch.nn.functional.cross_entropy`` (in nats) on ``logits.reshape(-1, V)``.
     """
     base = _check_base(base)
     z = _as_float_tensor(logits, "logits")
@@ -229,7 +233,8 @@ def cross_entropy_from_logits(
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     log_q = log_softmax(z, dim=-1)  # (..., V)
-    nll = -log_q.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1) / math.log(base)  # (...)
+    log_q_target = log_q.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (...)
+    nll = -log_q_target / math.log(base)  # (...)
     if reduction == "none":
         return nll
     return nll.mean() if reduction == "mean" else nll.sum()

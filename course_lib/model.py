@@ -62,19 +62,22 @@ class DecoderLM(nn.Module):
     # --- forward ---------------------------------------------------------------------------------
 
     def forward(self, ids: torch.Tensor, *, positions: torch.Tensor | None = None,
-                cache: KVCache | ConcatKVCache | None = None, implementation: str = "sdpa") -> torch.Tensor:
-        """ids (B, T) of token indices → logits (B, T, V); softmax(logits[:, t]) is the model's
-        distribution for the token at position t + 1.
+                cache: KVCache | ConcatKVCache | None = None,
+                implementation: str = "sdpa") -> torch.Tensor:
+        """ids (B, T) of token indices → logits (B, T, V); softmax(logits[:, t]) is the
+        model's distribution for the token at position t + 1.
 
-            x = E[ids] (+ P[positions])  →  x = block_ℓ(x), ℓ = 1 … N  →  logits = Norm(x) W_headᵀ
+            x = E[ids] (+ P[positions])  →  x = block_ℓ(x), ℓ = 1 … N
+                                         →  logits = Norm(x) W_headᵀ
 
-        ``positions`` (T,): the tokens' absolute positions for the position encoding, increasing
-        (Hugging Face's ``position_ids``); the default is 0 … T − 1. The causal mask (and Mistral's
-        sliding window) follows the order of the tokens, whatever their positions. With a ``cache``
-        the T tokens continue the cached sequence instead: they take positions
-        ``cache.length … cache.length + T − 1``, attend to every cached position, and are stored (the
-        cache advances by T). ``implementation``: ``"sdpa"``
-        (fused kernel) or ``"reference"`` (explicit math), for every attention layer.
+        ``positions`` (T,): the tokens' absolute positions for the position encoding,
+        increasing (Hugging Face's ``position_ids``); the default is 0 … T − 1. The causal
+        mask (and Mistral's sliding window) follows the order of the tokens, whatever
+        their positions. With a ``cache`` the T tokens continue the cached sequence
+        instead: they take positions ``cache.length … cache.length + T − 1``, attend to
+        every cached position, and are stored (the cache advances by T).
+        ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"`` (explicit
+        math), for every attention layer.
         """
         c = self.config
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
@@ -82,29 +85,37 @@ class DecoderLM(nn.Module):
         B, T = ids.shape
         if cache is not None and positions is not None:
             raise ValueError("give positions or a cache, not both: with a cache its length owns the positions")
-        start = cache.length if cache is not None else 0  # the cache's length owns the positions
-        slots = torch.arange(start, start + T, device=ids.device)  # (T,): the tokens' places in the sequence
+        # the cache's length owns the positions
+        start = cache.length if cache is not None else 0
+        # the tokens' places in the sequence
+        slots = torch.arange(start, start + T, device=ids.device)  # (T,)
         if positions is None:
             positions = slots  # (T,)
         else:
-            positions = _check_positions(positions, T).to(ids.device)  # (T,): for the position encoding only
+            # for the position encoding only
+            positions = _check_positions(positions, T).to(ids.device)  # (T,)
         x = self.embed(ids)  # (B, T, D)
         cos = sin = None
         if c.positional == "rope":
-            cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta, device=ids.device)  # (T, D_h/2) each
+            cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta,
+                                    device=ids.device)  # (T, D_h/2) each
         elif c.positional == "learned":
             x = x + self.pos_embed(positions)  # (B, T, D) + (T, D)
         elif c.positional == "sinusoidal":
-            x = x + sinusoidal_encoding(positions, c.d_model, dtype=x.dtype, device=ids.device)  # (T, D)
-        # masks follow the token order (as in Hugging Face): query slot i sees key slots j ≤ i
+            x = x + sinusoidal_encoding(positions, c.d_model, dtype=x.dtype,
+                                        device=ids.device)  # (T, D)
+        # masks follow the token order (as in Hugging Face):
+        # query slot i sees key slots j ≤ i
         mask = self._sliding_window_mask(slots, start + T)  # None: plain causal attention
         for i, block in enumerate(self.blocks):
             if self.activation_checkpointing and cache is None and torch.is_grad_enabled():
-                # keep only the block's input; backward recomputes its activations (chapter 11)
+                # keep only the block's input;
+                # backward recomputes its activations (chapter 11)
                 x = checkpoint(block, x, cos, sin, mask=mask, implementation=implementation,
                                use_reentrant=False)  # (B, T, D)
             else:
-                x = block(x, cos, sin, mask=mask, cache=cache, layer=i, implementation=implementation)  # (B, T, D)
+                x = block(x, cos, sin, mask=mask, cache=cache, layer=i,
+                          implementation=implementation)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
         return self.lm_head(self.norm(x))  # (B, T, V)
@@ -122,29 +133,35 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True, *,
-                 cache: str = "preallocated", temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Extend ``ids`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + max_new_tokens).
+                 cache: str = "preallocated", temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Extend ``ids`` (B, T) by ``max_new_tokens`` tokens; returns
+        (B, T + max_new_tokens).
 
-        Each new token comes from ``sampling.sample_next``: ``temperature=0`` picks the most likely
-        token (greedy); a positive temperature samples from softmax(logits / temperature), restricted
-        to the ``top_k`` most likely tokens and/or the ``top_p`` nucleus, with ``generator`` (on the
-        model's device; the same generator state gives the same tokens, cached or not). With
-        ``use_cache`` the prompt is processed once (prefill) and each step feeds only the newest
-        token, reading earlier keys and values from a KV cache (``cache="preallocated"``, or
-        ``"concat"`` for the teaching version); without it every step recomputes the whole sequence.
+        Each new token comes from ``sampling.sample_next``: ``temperature=0`` picks the
+        most likely token (greedy); a positive temperature samples from
+        softmax(logits / temperature), restricted to the ``top_k`` most likely tokens
+        and/or the ``top_p`` nucleus, with ``generator`` (on the model's device; the
+        same generator state gives the same tokens, cached or not). With ``use_cache``
+        the prompt is processed once (prefill) and each step feeds only the newest
+        token, reading earlier keys and values from a KV cache
+        (``cache="preallocated"``, or ``"concat"`` for the teaching version); without it
+        every step recomputes the whole sequence.
 
-        The window: the model reads at most ``max_seq_len`` tokens, the last ones (crop to the
-        window, as in training). Without a cache each step feeds ``ids[:, -max_seq_len:]``, at
-        positions 0 … max_seq_len − 1. With a cache, once it holds max_seq_len positions the next
-        step cannot append (every cached key would need a new position): the cache is emptied and
-        refilled from the last max_seq_len tokens, exactly what the uncached step computes — so past
-        the window a step costs a full window's forward pass, cached or not, and both give the same
+        The window: the model reads at most ``max_seq_len`` tokens, the last ones (crop
+        to the window, as in training). Without a cache each step feeds
+        ``ids[:, -max_seq_len:]``, at positions 0 … max_seq_len − 1. With a cache, once
+        it holds max_seq_len positions the next step cannot append (every cached key
+        would need a new position): the cache is emptied and refilled from the last
+        max_seq_len tokens, exactly what the uncached step computes — so past the window
+        a step costs a full window's forward pass, cached or not, and both give the same
         tokens.
         """
         _check_generate_args(max_new_tokens, cache, temperature, top_k, top_p)
         window = self.config.max_seq_len
-        with torch.inference_mode():  # no autograd bookkeeping at all: cheaper decoding steps
+        # no autograd bookkeeping at all: cheaper decoding steps
+        with torch.inference_mode():
             kv = None
             if use_cache:
                 if cache == "concat":
@@ -152,32 +169,38 @@ class DecoderLM(nn.Module):
                 else:
                     kv = KVCache.for_model(self.config, ids.shape[0],
                                            min(ids.shape[1] + max_new_tokens, window),
-                                           dtype=self.lm_head.weight.dtype, device=ids.device)
+                                           dtype=self.lm_head.weight.dtype,
+                                           device=ids.device)
             out = ids
             step_input = ids[:, -window:]  # the prefill: the prompt, cropped to the window
             for _ in range(max_new_tokens):
                 if not use_cache:
                     logits = self(out[:, -window:])[:, -1]  # (B, V): the last position
                 else:
-                    if kv.length + step_input.shape[1] > window:  # full: refill from the last window
+                    # full: refill from the last window
+                    if kv.length + step_input.shape[1] > window:
                         kv.reset()
                         step_input = out[:, -window:]  # (B, max_seq_len)
                     logits = self(step_input, cache=kv)[:, -1]  # (B, V): the last position
-                next_id = sample_next(logits, temperature, top_k, top_p, generator)  # (B, 1)
+                next_id = sample_next(logits, temperature, top_k, top_p,
+                                      generator)  # (B, 1)
                 out = torch.cat([out, next_id], dim=1)  # (B, T + steps so far)
-                step_input = next_id  # with a cache, only the newest token goes in next time
-        return out.clone()  # an ordinary tensor again: inference tensors cannot enter autograd
+                # with a cache, only the newest token goes in next time
+                step_input = next_id
+        # an ordinary tensor again: inference tensors cannot enter autograd
+        return out.clone()
 
     # --- Hugging Face ----------------------------------------------------------------------------
 
     @classmethod
     def from_hf(cls, hf_model: nn.Module) -> DecoderLM:
-        """Build a DecoderLM from a ``transformers`` ``LlamaForCausalLM`` or ``MistralForCausalLM``
-        (any size, GQA or not, tied or untied) and load its weights strictly: every tensor of the
-        Hugging Face model lands in exactly one parameter here, and every parameter is filled. The
-        result computes the same logits (same dtype and device as the source). Nothing is copied:
-        the parameters are the Hugging Face model's own tensors (``load_state_dict(assign=True)``),
-        so changing one model's weights changes the other's."""
+        """Build a DecoderLM from a ``transformers`` ``LlamaForCausalLM`` or
+        ``MistralForCausalLM`` (any size, GQA or not, tied or untied) and load its
+        weights strictly: every tensor of the Hugging Face model lands in exactly one
+        parameter here, and every parameter is filled. The result computes the same
+        logits (same dtype and device as the source). Nothing is copied: the parameters
+        are the Hugging Face model's own tensors (``load_state_dict(assign=True)``), so
+        changing one model's weights changes the other's."""
         config = config_from_hf(hf_model.config)
         with torch.device("meta"):
             model = cls(config)
@@ -189,9 +212,11 @@ class DecoderLM(nn.Module):
             state[ours] = tensor
         if config.tie_embeddings:
             state.setdefault("lm_head.weight", state["embed.weight"])
-        model.load_state_dict(state, strict=True, assign=True)  # strict: nothing missing, nothing left over
+        # strict: nothing missing, nothing left over
+        model.load_state_dict(state, strict=True, assign=True)
         if config.tie_embeddings:
-            model.lm_head.weight = model.embed.weight  # assign=True replaced the shared Parameter: re-tie
+            # assign=True replaced the shared Parameter: re-tie
+            model.lm_head.weight = model.embed.weight
         return model.eval()
 
 
@@ -230,13 +255,15 @@ def _check_positions(positions, T: int) -> torch.Tensor:
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
                      lengths: torch.Tensor | None = None) -> torch.Tensor:
-    """p(next token) = softmax(z / τ) over the vocabulary, z the logits at each sequence's last position.
+    """p(next token) = softmax(z / τ) over the vocabulary, z the logits at each
+    sequence's last position.
 
-    ``logits`` (B, T, V) come from :class:`DecoderLM`, whose position t scores the token at t + 1; the
-    token after a whole sequence is therefore read at position T − 1, or at ``lengths[b] − 1`` for a
-    batch of right-padded sequences of real lengths ``lengths`` (B,). ``temperature`` τ > 0 sharpens
-    (τ < 1) or flattens (τ > 1) the distribution; τ → 0 approaches the greedy argmax. The softmax runs
-    in at least float32. Returns (B, V); each row sums to 1.
+    ``logits`` (B, T, V) come from :class:`DecoderLM`, whose position t scores the token
+    at t + 1; the token after a whole sequence is therefore read at position T − 1, or
+    at ``lengths[b] − 1`` for a batch of right-padded sequences of real lengths
+    ``lengths`` (B,). ``temperature`` τ > 0 sharpens (τ < 1) or flattens (τ > 1) the
+    distribution; τ → 0 approaches the greedy argmax. The softmax runs in at least
+    float32. Returns (B, V); each row sums to 1.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or not logits.is_floating_point():
         raise ValueError(f"logits must be a floating-point (B, T, V) tensor, got {getattr(logits, 'shape', type(logits))}")
@@ -252,7 +279,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
         if (lengths < 1).any() or (lengths > T).any():
             raise ValueError(f"lengths must lie in [1, T] = [1, {T}]")
         rows = torch.arange(B, device=logits.device)  # (B,)
-        last = logits[rows, lengths.to(logits.device) - 1]  # (B, V): each sequence's own last token
+        # each sequence's own last token
+        last = logits[rows, lengths.to(logits.device) - 1]  # (B, V)
     z = last.to(torch.promote_types(last.dtype, torch.float32)) / temperature  # (B, V)
     return torch.softmax(z, dim=-1)  # (B, V): normalised over the vocabulary
 
