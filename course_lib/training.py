@@ -20,6 +20,10 @@ Conventions
   read back with ``torch.load(..., weights_only=True)``: loading never runs pickled code.
 * ``tqdm`` is imported when a progress bar is first shown, so ``import course_lib`` needs only torch,
   NumPy and matplotlib.
+* Smoke runs: when the environment variable ``COURSE_LIB_MAX_STEPS`` is set to N, every run
+  (:class:`Trainer`, :func:`train_on_batches`) is shortened to at most N steps, its warmup and
+  evaluation interval shrunk to fit (:func:`smoke_capped`). The test suite sets it to check that
+  chapter 12 runs in a Colab-like environment without training for minutes; a real run never sets it.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = [
     "bits_per_char",
     "loss_per_position",
     "train_on_batches",
+    "smoke_capped",
     "Trainer",
     "save_checkpoint",
     "load_checkpoint",
@@ -287,6 +292,25 @@ def loss_per_position(model: nn.Module, data: torch.Tensor, context: int, batch_
     return (total / count).float()  # (T,)
 
 
+def smoke_capped(config: TrainConfig) -> TrainConfig:
+    """``config`` itself, or — when the environment variable ``COURSE_LIB_MAX_STEPS`` holds a number N
+    smaller than ``config.steps`` — the same run shortened to N steps, with at most N // 2 warmup
+    steps and an evaluation at least every N steps (so that the last step is evaluated)."""
+    value = os.environ.get("COURSE_LIB_MAX_STEPS", "").strip()
+    if not value:
+        return config
+    try:
+        cap = int(value)
+    except ValueError:
+        raise ValueError(f"COURSE_LIB_MAX_STEPS ({value!r}) must be a positive integer") from None
+    if cap < 1:
+        raise ValueError(f"COURSE_LIB_MAX_STEPS ({value!r}) must be a positive integer")
+    if config.steps <= cap:
+        return config
+    return config.replace(steps=cap, warmup_steps=min(config.warmup_steps, cap // 2),
+                          eval_interval=min(config.eval_interval, cap))
+
+
 def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                      config: TrainConfig, *, progress: bool = False) -> list[float]:
     """Train ``model`` for ``config.steps`` steps on batches ``x, y = next_batch()`` (B, T) — for data
@@ -298,7 +322,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if not callable(next_batch):
         raise TypeError("next_batch must be a function of no arguments returning (x, y)")
-    c = config
+    c = smoke_capped(config)
     optimizer = make_optimizer(model, c)
     model.train()
     bar = None
@@ -349,6 +373,7 @@ class Trainer:
                  config: TrainConfig, *, progress: bool = True, vocab: str | None = None):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        config = smoke_capped(config)
         model_config = getattr(model, "config", None)
         if not isinstance(model_config, ModelConfig):
             raise TypeError("model must be a course_lib DecoderLM (with a ModelConfig in .config)")

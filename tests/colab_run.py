@@ -9,6 +9,8 @@ every notebook runs in an empty working directory with nbclient. course_lib is *
 beforehand: the notebook's own setup cell installs it, from ``COURSE_LIB_SOURCE`` (a copy of this
 checkout's package) instead of the repository URL. torch runs on one thread, so that the run shares
 the two cores with the book build that ``make test`` runs at the same time.
+Training runs stop after 40 steps (``COURSE_LIB_MAX_STEPS``): chapter 12 trains for minutes, and
+its numbers are checked by the book build; here, only that it runs.
 
 Writes OUTDIR/results.json (updated after every notebook): the environment's packages and timings,
 and per notebook its seconds, the executed copy (OUTDIR/executed/...) and the first error, if any.
@@ -112,6 +114,10 @@ def main(outdir: pathlib.Path, notebooks: list[str]) -> None:
             "JUPYTER_PATH": str(base / "jupyter" / "share" / "jupyter"),
             "COURSE_LIB_SOURCE": facts["course_lib_source"],
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            # chapter 12 trains for minutes in the book build, where its numbers are checked; here
+            # only that it runs in a Colab-like environment: every run stops after 40 steps
+            # (course_lib.training.smoke_capped)
+            "COURSE_LIB_MAX_STEPS": "40",
             "PYTHONNOUSERSITE": "1",
         })
         os.environ.pop("PYTHONPATH", None)

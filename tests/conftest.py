@@ -11,6 +11,11 @@ selected test needs it, so that it overlaps the unit, grading and exercise tests
   (tests/test_site_browser.py).
 
 The tests that wait for them run last: Colab, then the book, then the browser.
+
+Every torch process of the suite (this one, the nbgrader kernels, the book build's kernels, the
+Colab-like run) uses one thread: the jobs above share two cores, and torch's worker threads spin
+while they wait for a core, so that two-thread processes sharing the cores ran small tests up to
+thirty times slower (a 1-second sampling test took 39 s).
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"  # inherited by every job
+import torch  # noqa: E402  (after the variables, which torch reads when it loads)
+
+torch.set_num_threads(1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
 _jobs: dict = {}

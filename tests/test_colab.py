@@ -6,6 +6,9 @@ the notebook's own setup cell installs course_lib, from the local copy named by 
 
 - A chapter's reader notebook (book/colab/) runs to the end. Anything beyond the four packages
   (transformers in chapter 9) must be guarded or installed by the chapter.
+  Training runs stop after 40 steps (COURSE_LIB_MAX_STEPS): chapter 12's minutes of training and
+  the numbers they produce are checked by the book build, its hidden asserts included; here, that
+  the chapter runs in Colab's environment.
 - A released exercise runs to the end and prints exactly one "not done yet" line per task (the
   ``@self_check`` decorator of course_lib.grading), with no traceback and no failed check.
 """

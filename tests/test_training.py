@@ -336,3 +336,23 @@ def test_loss_per_position_averages_to_evaluate(corpus):
     torch.testing.assert_close(training.loss_per_position(model, val, 32, 4, max_windows=5),
                                nll.mean(dim=0), rtol=1e-5, atol=1e-6)
     assert model.training  # left as it was
+
+
+def test_the_smoke_cap_shortens_every_run_and_still_ends_in_an_evaluation(corpus, monkeypatch):
+    """COURSE_LIB_MAX_STEPS (set by the Colab-like test run only) caps the steps of every run; the
+    last step is evaluated; unset, a run is untouched; a bad value is named."""
+    long_run = RUN.replace(steps=40, warmup_steps=10, eval_interval=20, eval_at_start=False)
+    assert training.smoke_capped(long_run) is long_run
+    monkeypatch.setenv("COURSE_LIB_MAX_STEPS", "6")
+    capped = training.smoke_capped(long_run)
+    assert (capped.steps, capped.warmup_steps, capped.eval_interval) == (6, 3, 6)
+    assert training.smoke_capped(RUN.replace(steps=5)).steps == 5  # shorter runs are left alone
+    trainer = trainer_for(corpus, long_run)
+    history = trainer.train()
+    assert trainer.step == 6 and [h["step"] for h in history] == [6]
+    losses = training.train_on_batches(build_model(MODEL), lambda: get_batch(corpus[0], 4, 16, torch.Generator()),
+                                       long_run)
+    assert len(losses) == 6
+    monkeypatch.setenv("COURSE_LIB_MAX_STEPS", "many")
+    with pytest.raises(ValueError, match="COURSE_LIB_MAX_STEPS"):
+        training.smoke_capped(long_run)
