@@ -1,7 +1,7 @@
 """The running example: one short sentence followed through the book — its tokens and embeddings
 (chapter 2), its attention (3), its FFN (4), its norms (5), its residual stream (6), one block (7), its
-logits (9) and its KV cache (10) — and, in chapter 12, continued by the model trained on the play it
-comes from.
+logits (9) and its KV cache (10) — and, in chapter 12, continued by the model trained on Tiny
+Shakespeare (which does not contain *Hamlet*, the play the sentence comes from).
 
 The sentence is tokenised by character with the vocabulary of the course's corpus (Tiny Shakespeare,
 65 characters), so the same ids mean the same characters everywhere in the book. The model is small

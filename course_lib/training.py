@@ -450,9 +450,11 @@ class Trainer:
             if bar is not None:
                 postfix["val"] = f"{val_loss:.3f}"
                 bar.set_postfix(postfix, refresh=False)
+                train = entry["train_loss"]  # None before the first step
                 bar.write(f"step {self.step:5d}: val loss {val_loss:.4f} nats/char "
-                          f"({bits_per_char(val_loss):.3f} bits), train {entry['train_loss'] or float('nan'):.4f}, "
-                          f"{self.elapsed:.1f} s")
+                          f"({bits_per_char(val_loss):.3f} bits)"
+                          + ("" if train is None else f", train {train:.4f}")
+                          + f", {self.elapsed:.1f} s")
             if on_eval is not None:
                 on_eval(self, entry)
 
