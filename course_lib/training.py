@@ -292,6 +292,37 @@ def loss_per_position(model: nn.Module, data: torch.Tensor, context: int, batch_
     return (total / count).float()  # (T,)
 
 
+def progress_bar(total: int, *, initial: int = 0, desc: str = "training"):
+    """A ``tqdm`` bar counting steps: the notebook widget in Jupyter and Colab, text in a terminal.
+
+    In a notebook the widget is shown with a display id, so that :func:`close_progress_bar` can
+    store the bar's final state as text beside it: a page that cannot render widgets (the book's
+    static site) then shows how the run ended, not the empty bar the widget started as.
+    """
+    from tqdm.auto import tqdm  # imported here: course_lib needs only torch, numpy, matplotlib
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    options = dict(total=total, initial=initial, unit="step", desc=desc, dynamic_ncols=True)
+    if not issubclass(tqdm, notebook_tqdm):  # a terminal, or no ipywidgets
+        return tqdm(**options)
+    from IPython.display import display
+
+    bar = tqdm(**options, display=False)
+    bar.course_display = display(bar.container, display_id=True)
+    return bar
+
+
+def close_progress_bar(bar) -> None:
+    """Close a bar from :func:`progress_bar`; in a notebook, its output keeps the widget and gains
+    the final state as text (``text/plain``)."""
+    bar.close()
+    handle = getattr(bar, "course_display", None)
+    if handle is not None:
+        bundle = dict(bar.container._repr_mimebundle_())
+        bundle["text/plain"] = str(bar)
+        handle.update(bundle, raw=True)
+
+
 def smoke_capped(config: TrainConfig) -> TrainConfig:
     """``config`` itself, or — when the environment variable ``COURSE_LIB_MAX_STEPS`` holds a number N
     smaller than ``config.steps`` — the same run shortened to N steps, with at most N // 2 warmup
@@ -325,11 +356,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
     c = smoke_capped(config)
     optimizer = make_optimizer(model, c)
     model.train()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm  # imported here: course_lib needs only torch, numpy, matplotlib
-
-        bar = tqdm(total=c.steps, unit="step", desc="training", dynamic_ncols=True)
+    bar = progress_bar(c.steps) if progress else None
     losses: list[torch.Tensor] = []
     try:
         for step in range(c.steps):
@@ -340,7 +367,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
                 bar.update(1)
     finally:
         if bar is not None:
-            bar.close()
+            close_progress_bar(bar)
     return [loss.item() for loss in losses]
 
 
@@ -482,7 +509,7 @@ class Trainer:
                     record()
         finally:
             if bar is not None:
-                bar.close()
+                close_progress_bar(bar)
         return self.history
 
     def _due(self, step: int) -> bool:
@@ -493,11 +520,7 @@ class Trainer:
         return step % c.eval_interval == 0 or step == c.steps
 
     def _progress_bar(self, until: int):
-        if not self.progress:
-            return None
-        from tqdm.auto import tqdm  # imported here: course_lib needs only torch, numpy, matplotlib
-
-        return tqdm(total=until, initial=self.step, unit="step", desc="training", dynamic_ncols=True)
+        return progress_bar(until, initial=self.step) if self.progress else None
 
     # --- checkpoints -------------------------------------------------------------------------------
 

@@ -356,3 +356,21 @@ def test_the_smoke_cap_shortens_every_run_and_still_ends_in_an_evaluation(corpus
     monkeypatch.setenv("COURSE_LIB_MAX_STEPS", "many")
     with pytest.raises(ValueError, match="COURSE_LIB_MAX_STEPS"):
         training.smoke_capped(long_run)
+
+
+def test_in_a_notebook_the_progress_bar_ends_as_text_beside_its_widget():
+    """A static page cannot render the widget: the output must also carry the bar's final state."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from course_lib.training import progress_bar, close_progress_bar\n"
+        "bar = progress_bar(30)\n"
+        "for _ in range(30):\n"
+        "    bar.update(1)\n"
+        "close_progress_bar(bar)\n")]
+    NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+    (output,) = nb.cells[0].outputs
+    assert "application/vnd.jupyter.widget-view+json" in output["data"]
+    assert output["data"]["text/plain"].startswith("training: 100%") and "30/30" in output["data"]["text/plain"]
