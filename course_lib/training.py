@@ -319,8 +319,17 @@ def close_progress_bar(bar) -> None:
     handle = getattr(bar, "course_display", None)
     if handle is not None:
         bundle = dict(bar.container._repr_mimebundle_())
-        bundle["text/plain"] = str(bar)
+        bundle["text/plain"] = _bar_as_text(bar)
         handle.update(bundle, raw=True)
+
+
+def _bar_as_text(bar) -> str:
+    """The bar's state as text that fits a page: the meter on one line, its postfix (``val=…``) on
+    the next."""
+    state = dict(bar.format_dict)
+    postfix = state.pop("postfix", None)
+    meter = bar.format_meter(**state)
+    return meter if not postfix else f"{meter}\n  {postfix}"
 
 
 def smoke_capped(config: TrainConfig) -> TrainConfig:

@@ -369,8 +369,12 @@ def test_in_a_notebook_the_progress_bar_ends_as_text_beside_its_widget():
         "bar = progress_bar(30)\n"
         "for _ in range(30):\n"
         "    bar.update(1)\n"
+        "    bar.set_postfix(val='1.637', loss='1.512', lr='3.0e-04', refresh=False)\n"
         "close_progress_bar(bar)\n")]
     NotebookClient(nb, kernel_name="python3", timeout=120).execute()
     (output,) = nb.cells[0].outputs
     assert "application/vnd.jupyter.widget-view+json" in output["data"]
-    assert output["data"]["text/plain"].startswith("training: 100%") and "30/30" in output["data"]["text/plain"]
+    text = output["data"]["text/plain"]
+    assert text.startswith("training: 100%") and "30/30" in text
+    assert "val=1.637" in text and "loss=1.512" in text
+    assert max(len(line) for line in text.splitlines()) <= 88, text  # the site's column
