@@ -120,6 +120,10 @@ def main(outdir: pathlib.Path, notebooks: list[str]) -> None:
             "COURSE_LIB_MAX_STEPS": "40",
             "PYTHONNOUSERSITE": "1",
         })
+        # the packages were installed without byte-compiling (--no-compile): the first kernel compiles
+        # what it imports and the others reuse it, as on Colab, unless Python is told never to write
+        # bytecode (CI machines may set this), which would make every kernel compile torch again
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ.pop("PYTHONPATH", None)
         workdir = base / "content"  # like Colab's /content: nothing of the repository in it
         workdir.mkdir()

@@ -4,6 +4,8 @@ changed inputs, crashes, loops and memory exhaustion. One toy task (a row softma
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import math
 import functools
 import threading
@@ -354,3 +356,33 @@ def test_a_prediction_task_names_each_known_wrong_value_and_never_the_right_one(
     assert "`slopes` is not what happens" in message and "0.25" not in message
     assert "list of 2 numbers" in failure(lambda: {"loss": 4.17, "slopes": 0.5, "kl": math.inf}, task)
     assert "still empty" in failure(lambda: {"loss": ..., "slopes": [0.5, 0.25], "kl": math.inf}, task)
+
+
+def test_a_prediction_task_computes_its_truth_when_first_graded_not_when_defined():
+    """Every exercise imports every checker: a truth that trains or builds something must not run then."""
+    from course_lib.grading._predictions import predictions_task
+
+    calls = []
+
+    def truth():
+        calls.append(1)
+        return {"loss": math.log(65)}
+
+    task = predictions_task(truth=truth, wrong={}, seed=0)
+    assert calls == []
+    task.check(lambda: {"loss": 4.1744})  # (graded in a child process: `calls` stays empty here)
+    assert "`loss` is not what happens" in failure(lambda: {"loss": 65.0}, task)
+    # a key in `wrong` that the truth does not have is the author's error: no answer passes such a task
+    # (so the catalogue's solution tests catch it), and the error is named where it is raised
+    typo = predictions_task(truth=truth, wrong={"los": [(65.0, "the vocabulary size")]}, seed=0)
+    assert "could not finish" in failure(lambda: {"loss": 4.1744}, typo)
+    with pytest.raises(ValueError, match=r"unknown keys \['los'\]"):
+        typo.reference()
+
+
+def test_importing_the_checkers_is_quick():
+    """No checker trains, builds an optimiser or otherwise computes at import (an optimiser alone
+    imports torch._dynamo: two seconds of every student's kernel start)."""
+    code = "import sys, course_lib.grading; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -34,11 +34,20 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
     true value is a list) per key of ``truth()``, each within ``atol + rtol · |true value|`` (a tolerance
     may also be given key by key, as a dict). ``wrong[key]`` lists (value, what it reveals); a last entry
     with the value None speaks to any other wrong value of that key."""
-    sizes = {k: (len(v) if isinstance(v, (list, tuple)) else None) for k, v in truth().items()}
-    keys = tuple(sizes)
-    unknown = set(wrong) - set(keys)
-    if unknown:
-        raise ValueError(f"wrong predictions for unknown keys {sorted(unknown)}; the keys are {list(keys)}")
+    computed: dict = {}  # the true values, computed by reference() before the student's call (unwatched)
+    shape: dict = {}  # key -> None (one number) or the length of its list
+
+    def layout() -> dict:
+        """The keys of ``truth()`` and their sizes, found on first use rather than at import: a truth
+        may train or build things, and every notebook imports every checker."""
+        if not shape:
+            values = computed or truth()
+            shape.update({k: (len(v) if isinstance(v, (list, tuple)) else None) for k, v in values.items()})
+            unknown = set(wrong) - set(shape)
+            if unknown:
+                raise ValueError(f"wrong predictions for unknown keys {sorted(unknown)}; "
+                                 f"the keys are {list(shape)}")
+        return shape
 
     def tolerance(key: str) -> tuple[float, float]:
         return (rtol[key] if isinstance(rtol, dict) else rtol, atol[key] if isinstance(atol, dict) else atol)
@@ -53,13 +62,11 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
         return len(got) == len(value) and all(close(g, v) for g, v in zip(got, value))
 
     def flat(key: str, value) -> list[float]:
-        return [float(v) for v in value] if sizes[key] is not None else [float(value)]
-
-    computed: dict = {}  # the true values, computed by reference() before the student's call (unwatched)
+        return [float(v) for v in value] if layout()[key] is not None else [float(value)]
 
     def reference() -> torch.Tensor:
         computed.update(truth())
-        return torch.tensor([v for k in keys for v in flat(k, computed[k])], dtype=torch.float64)
+        return torch.tensor([v for k in layout() for v in flat(k, computed[k])], dtype=torch.float64)
 
     def number(key: str, value) -> float:
         if isinstance(value, torch.Tensor) and value.numel() == 1:
@@ -74,6 +81,8 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
     def read(student) -> torch.Tensor:
         """The student's numbers, each key's replaced by the true value when within that key's tolerance
         (so the comparison that follows is exact and every key keeps its own tolerance)."""
+        sizes = layout()  # filled by reference(), which runs first
+        keys = tuple(sizes)
         given = student()
         if not isinstance(given, dict):
             raise GradingError(f"`{name}()` should return a dict with the keys {list(keys)}, but it returns a "
@@ -98,8 +107,8 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
 
     def explain(got: torch.Tensor, want: torch.Tensor, case: Case) -> str | None:
         at = 0
-        for key in keys:
-            n = sizes[key] or 1
+        for key, size in layout().items():
+            n = size or 1
             g, w = got[at:at + n].tolist(), want[at:at + n].tolist()
             at += n
             if g == w:
