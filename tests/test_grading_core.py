@@ -380,6 +380,40 @@ def test_a_prediction_task_computes_its_truth_when_first_graded_not_when_defined
         typo.reference()
 
 
+def test_what_a_task_prepares_is_loaded_once_in_the_grading_process(monkeypatch, capsys):
+    """`prepare` runs here, before the task's isolated run and before a self-check of a function of the
+    task's name, so that the children inherit what it loaded instead of loading it against their limit."""
+    from course_lib.grading import _core, self_check
+
+    calls = []
+    task = dataclasses.replace(SOFTMAX, name="softmax_prepared", prepare=lambda: calls.append("prepared"))
+    task.check(_softmax)
+    assert calls == ["prepared"]
+
+    def softmax_prepared(x):
+        return _softmax(x)
+
+    @self_check(softmax_prepared)
+    def _():
+        assert softmax_prepared(torch.zeros(2)).sum() == 1
+
+    assert calls == ["prepared"] * 2 and "all self-checks passed" in capsys.readouterr().out
+    # a name that several tasks share (every exercise has `predictions`) prepares nothing
+    monkeypatch.setitem(_core._PREPARE, "softmax_prepared", [lambda: calls.append("a"), lambda: calls.append("b")])
+    _core.prepare_for("softmax_prepared")
+    assert calls == ["prepared"] * 2
+
+
+def test_an_optimizer_in_an_exercise_12_check_is_not_imported_in_each_child():
+    """Building the first optimizer imports torch._dynamo (about 2 s): exercise 12's tasks that build one
+    load it in the grading process, so a loaded machine does not push their checks over the limit."""
+    code = ("import sys, course_lib.grading.training as t\n"
+            "t.TRAIN_STEP.prepare()\n"
+            "print('torch._dynamo' in sys.modules, t.TRAINING_PREDICTIONS.prepare is t.TRAIN_STEP.prepare)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]
+
+
 def test_importing_the_checkers_is_quick():
     """No checker trains, builds an optimiser or otherwise computes at import (an optimiser alone
     imports torch._dynamo: two seconds of every student's kernel start)."""

@@ -178,7 +178,9 @@ class Task:
     ``rtol``/``atol`` default to what the reference output's dtype can resolve. ``hint`` ends the
     message for a wrong answer that matches no catalogued mistake. ``explain(got, want, case)`` may
     name a mistake that is easier to recognise by inspection than by a mistake model (it returns a
-    message or None).
+    message or None). ``prepare()`` runs in the grading process before the task's first isolated run
+    (and before a self-check of a function of the task's name): what it loads, such as torch's
+    optimizer machinery, is then loaded once rather than again in every child, inside its time limit.
     """
 
     name: str
@@ -195,6 +197,11 @@ class Task:
     seconds: float = 10.0
     hint: str = "Re-derive the formula on a small example by hand and compare with your code line by line."
     explain: Callable | None = None
+    prepare: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.prepare is not None:
+            _PREPARE.setdefault(self.name, []).append(self.prepare)
 
     def check(self, student) -> None:
         """Grade ``student``; raise :class:`GradingError` with a message for the student if it fails."""
@@ -207,6 +214,8 @@ class Task:
         if not _intact():
             raise GradingError(f"{subject} was not graded: the grader's own code was changed by the notebook "
                                f"(a solution must not modify course_lib.grading).")
+        if self.prepare is not None:
+            self.prepare()
         message = run_isolated(lambda: _grade(self, student), seconds=self.seconds, subject=subject)
         if message and message.endswith(_NOT_DONE):
             raise NotDoneYet(message)
@@ -223,6 +232,18 @@ class Task:
         check.__doc__ = doc
         check.task = self
         return check
+
+
+# Task name -> the ``prepare`` functions of the tasks of that name (see Task); a self-check runs them.
+_PREPARE: dict[str, list[Callable[[], None]]] = {}
+
+
+def prepare_for(name: str) -> None:
+    """Run what the tasks called ``name`` prepare, if it is one task's name (names such as
+    ``predictions``, which several exercises share, prepare nothing here)."""
+    tasks = _PREPARE.get(name, [])
+    if len(tasks) == 1:
+        tasks[0]()
 
 
 # Filled by self-checks run during autograding (see _selfcheck): the functions whose visible check ran

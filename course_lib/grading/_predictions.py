@@ -29,7 +29,7 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
                      seed: int, rtol: float | dict[str, float] = 1e-3, atol: float | dict[str, float] = 1e-6,
                      forbid: Forbid = Forbid(),
                      advice: str = "Work it out on paper first, then run the experiment below it.",
-                     name: str = "predictions") -> Task:
+                     name: str = "predictions", prepare: Callable[[], None] | None = None) -> Task:
     """A :class:`Task` grading ``predictions()``: a dict with one number (or one list of numbers, when the
     true value is a list) per key of ``truth()``, each within ``atol + rtol · |true value|`` (a tolerance
     may also be given key by key, as a dict). ``wrong[key]`` lists (value, what it reveals); a last entry
@@ -120,4 +120,5 @@ def predictions_task(*, truth: Callable[[], dict[str, float]], wrong: dict[str, 
         return None
 
     return Task(name=name, reference=reference, seed=seed, cases=lambda gen: [Case("your predictions", ())],
-                run=read, output=TensorOutput(), rtol=0.0, atol=0.0, explain=explain, forbid=forbid)
+                run=read, output=TensorOutput(), rtol=0.0, atol=0.0, explain=explain, forbid=forbid,
+                prepare=prepare)

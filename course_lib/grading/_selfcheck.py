@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._core import NotDoneYet, autograding, self_check_timed_out
+from ._core import NotDoneYet, autograding, prepare_for, self_check_timed_out
 from ._isolate import run_isolated
 
 __all__ = ["self_check"]
@@ -31,6 +31,8 @@ def self_check(*functions: Callable) -> Callable[[Callable[[], None]], Callable[
 
     def decorate(body: Callable[[], None]) -> Callable[[], None]:
         seconds = AUTOGRADE_SECONDS if autograding() else INTERACTIVE_SECONDS
+        for f in functions:
+            prepare_for(getattr(f, "__name__", ""))
         # interactive: in this process (prints show, the GPU works), with a timer; autograding: forked
         verdict = run_isolated(lambda: _verdict(body, names), seconds=seconds, subject=names,
                                fork=autograding())
