@@ -414,6 +414,17 @@ def test_an_optimizer_in_an_exercise_12_check_is_not_imported_in_each_child():
     assert out.split() == ["True", "True"]
 
 
+def test_a_shared_task_name_prepares_nothing_even_when_one_of_its_tasks_prepares():
+    """Every exercise has a `predictions` task and only exercise 12's prepares (an optimizer): the
+    self-check of chapter 6's `predictions` must not pay two seconds for exercise 12's import."""
+    code = ("import sys\nfrom course_lib.grading import _core\n"
+            "assert sum(p is not None for p in _core._PREPARE['predictions']) == 1\n"
+            "_core.prepare_for('predictions')\n"
+            "print(len(_core._PREPARE['predictions']) > 1, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]
+
+
 def test_importing_the_checkers_is_quick():
     """No checker trains, builds an optimiser or otherwise computes at import (an optimiser alone
     imports torch._dynamo: two seconds of every student's kernel start)."""

@@ -200,8 +200,7 @@ class Task:
     prepare: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
-        if self.prepare is not None:
-            _PREPARE.setdefault(self.name, []).append(self.prepare)
+        _PREPARE.setdefault(self.name, []).append(self.prepare)  # every task, so that shared names show
 
     def check(self, student) -> None:
         """Grade ``student``; raise :class:`GradingError` with a message for the student if it fails."""
@@ -234,15 +233,16 @@ class Task:
         return check
 
 
-# Task name -> the ``prepare`` functions of the tasks of that name (see Task); a self-check runs them.
-_PREPARE: dict[str, list[Callable[[], None]]] = {}
+# Task name -> the ``prepare`` functions (or None) of every task of that name (see Task); a self-check
+# runs them.
+_PREPARE: dict[str, list[Callable[[], None] | None]] = {}
 
 
 def prepare_for(name: str) -> None:
     """Run what the tasks called ``name`` prepare, if it is one task's name (names such as
     ``predictions``, which several exercises share, prepare nothing here)."""
     tasks = _PREPARE.get(name, [])
-    if len(tasks) == 1:
+    if len(tasks) == 1 and tasks[0] is not None:
         tasks[0]()
 
 
