@@ -433,7 +433,8 @@ def main() -> None:
                 f"{100 * ours_sh['matrix products']:.0f} % of course_lib's time and "
                 f"{100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest is elementwise work "
                 f"(norms, positions, activations, their backward passes) and Python overhead, where the two "
-                f"implementations differ (course_lib's norms and activations are written as explicit math). "
+                f"implementations differ (on this path course_lib's LayerNorm and activations call PyTorch's "
+                f"kernels, and its RMSNorm is explicit math, as LlamaRMSNorm is). "
                 f"A ratio within a few percent of 1 is run-to-run noise; on a busy machine (load average "
                 f"{load_before:.1f} here) rerun when it is quiet.")
     if notes:

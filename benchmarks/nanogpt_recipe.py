@@ -14,9 +14,9 @@ every 250 steps on 20 random batches of each split), with ``course_lib.model.Dec
 variant (LayerNorm, learned positions, GELU, biases, tied embeddings) in place of nanoGPT's model.
 The wall-clock time of the whole process is the budget the ``shakespeare-cpu`` preset of
 ``python -m course_lib.train`` must meet. With ``--full-eval`` it also reports, after the clock stops,
-the validation loss over the whole split as ``course_lib.training`` measures it. With
-``--fused-layernorm`` the model's LayerNorms are ``torch.nn.LayerNorm`` (PyTorch's fused kernel, as in
-nanoGPT's own model) instead of course_lib's, which computes the formula step by step.
+the validation loss over the whole split as ``course_lib.training`` measures it. Its LayerNorms run
+PyTorch's fused kernel, as nanoGPT's model does (the model's default path; see
+``course_lib.block.apply_norm``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from course_lib.config import ModelConfig
 from course_lib.data import eval_windows, load_char_data
 from course_lib.model import DecoderLM
-from course_lib.norms import LayerNorm
 
 BLOCK_SIZE, BATCH_SIZE, MAX_ITERS = 64, 12, 2000
 LR, MIN_LR, WARMUP, WEIGHT_DECAY, BETAS, CLIP = 1e-3, 1e-4, 100, 0.1, (0.9, 0.99), 1.0
@@ -42,16 +41,6 @@ def gpt2_config(vocab_size: int) -> ModelConfig:
     return ModelConfig(vocab_size=vocab_size, d_model=128, n_layers=4, n_heads=4, d_ff=512,
                        max_seq_len=BLOCK_SIZE, norm="layer", ffn="gelu", positional="learned",
                        bias=True, tie_embeddings=True)
-
-
-def use_fused_layernorm(model: torch.nn.Module) -> None:
-    """Replace every course_lib LayerNorm in ``model`` by ``torch.nn.LayerNorm`` with the same weights."""
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            if isinstance(child, LayerNorm):
-                fused = torch.nn.LayerNorm(child.dim, eps=child.eps, bias=child.bias is not None)
-                fused.load_state_dict(child.state_dict())
-                setattr(module, child_name, fused)
 
 
 def get_lr(it: int) -> float:  # nanoGPT's train.py
@@ -68,15 +57,11 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=MAX_ITERS, help="training steps (default 2000)")
     parser.add_argument("--full-eval", action="store_true",
                         help="after the timed run, also report the loss over the whole validation split")
-    parser.add_argument("--fused-layernorm", action="store_true",
-                        help="use torch.nn.LayerNorm (a fused kernel, as nanoGPT does) instead of course_lib's")
     args = parser.parse_args()
     torch.manual_seed(1337)
     corpus = load_char_data()
     splits = {"train": corpus.train, "val": corpus.val}
     model = DecoderLM(gpt2_config(corpus.tokenizer.vocab_size))
-    if args.fused_layernorm:
-        use_fused_layernorm(model)
 
     def get_batch(split):
         data = splits[split]

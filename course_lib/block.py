@@ -27,7 +27,7 @@ from .config import ModelConfig
 from .ffn import build_ffn
 from .norms import LayerNorm, RMSNorm
 
-__all__ = ["TransformerBlock", "build_norm"]
+__all__ = ["TransformerBlock", "build_norm", "apply_norm"]
 
 
 def build_norm(config: ModelConfig) -> nn.Module:
@@ -85,15 +85,27 @@ class TransformerBlock(nn.Module):
         """x (B, T, D) → (B, T, D). ``cos``/``sin``: RoPE tables for the T positions
         (None without RoPE); ``mask``: a bool (T, S) mask, True = may attend (default:
         causal); ``cache``/``layer``: a KV cache and this block's index in it;
-        ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"`` (explicit
-        math)."""
+        ``implementation``: ``"sdpa"`` (fused kernels: attention, and LayerNorm's) or
+        ``"reference"`` (explicit math)."""
         _check_inputs(self, x, cos, sin)
         kw = dict(mask=mask, cache=cache, layer=layer, implementation=implementation)
+        path = implementation  # fused or explicit norms too (see apply_norm)
         if self.placement == "pre":
-            h = x + self.attention(self.attn_norm(x), cos, sin, **kw)  # (B, T, D)
-            return h + self.ffn(self.ffn_norm(h))  # (B, T, D)
-        h = self.attn_norm(x + self.attention(x, cos, sin, **kw))  # (B, T, D)
-        return self.ffn_norm(h + self.ffn(h))  # (B, T, D)
+            a = apply_norm(self.attn_norm, x, path)  # (B, T, D): what attention reads
+            h = x + self.attention(a, cos, sin, **kw)  # (B, T, D)
+            return h + self.ffn(apply_norm(self.ffn_norm, h, path))  # (B, T, D)
+        h = apply_norm(self.attn_norm, x + self.attention(x, cos, sin, **kw), path)
+        return apply_norm(self.ffn_norm, h + self.ffn(h), path)  # (B, T, D)
+
+
+def apply_norm(norm: nn.Module, x: torch.Tensor, implementation: str) -> torch.Tensor:
+    """``norm(x)`` on the model's path: LayerNorm runs PyTorch's fused kernel on the
+    ``"sdpa"`` path and its explicit math on ``"reference"``; RMSNorm runs its explicit
+    math on both, as Llama's code and ``LlamaRMSNorm`` do (PyTorch's ``F.rms_norm`` is
+    no faster on CPU)."""
+    if isinstance(norm, LayerNorm):
+        return norm(x, fused=implementation == "sdpa")
+    return norm(x)
 
 
 def _check_inputs(block: TransformerBlock, x, cos, sin) -> None:

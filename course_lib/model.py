@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .block import TransformerBlock, build_norm
+from .block import TransformerBlock, apply_norm, build_norm
 from .config import ModelConfig
 from .embeddings import TokenEmbedding
 from .init import gpt2_init_
@@ -76,8 +76,8 @@ class DecoderLM(nn.Module):
         their positions. With a ``cache`` the T tokens continue the cached sequence
         instead: they take positions ``cache.length … cache.length + T − 1``, attend to
         every cached position, and are stored (the cache advances by T).
-        ``implementation``: ``"sdpa"`` (fused kernel) or ``"reference"`` (explicit
-        math), for every attention layer.
+        ``implementation``: ``"sdpa"`` (fused kernels) or ``"reference"`` (explicit
+        math), for every attention layer and every LayerNorm.
         """
         c = self.config
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
@@ -118,7 +118,7 @@ class DecoderLM(nn.Module):
                           implementation=implementation)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
-        return self.lm_head(self.norm(x))  # (B, T, V)
+        return self.lm_head(apply_norm(self.norm, x, implementation))  # (B, T, V)
 
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""

@@ -22,6 +22,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 __all__ = [
     "layer_norm",
@@ -250,6 +251,11 @@ class LayerNorm(nn.Module):
 
     γ starts at 1 and β at 0; ``bias=False`` drops β. Agrees with
     ``nn.LayerNorm(dim, eps=eps, bias=bias)``.
+
+    ``forward(x, fused=True)`` runs PyTorch's fused kernel (``F.layer_norm``, as
+    GPT-2, nanoGPT and Hugging Face do), which keeps only x, μ and 1/σ for backward;
+    ``fused=False`` runs the explicit :func:`layer_norm`, every step visible to
+    autograd. The model's ``implementation="reference"`` path takes the explicit one.
     """
 
     def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
@@ -264,8 +270,12 @@ class LayerNorm(nn.Module):
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, fused: bool = True) -> torch.Tensor:
         _check_last_dim(x, self.dim)
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused must be True or False, got {fused!r}")
+        if fused:
+            return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
         return layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

@@ -294,6 +294,39 @@ def test_explicit_and_fused_attention_agree():
         torch.testing.assert_close(model(ids, implementation="reference"), model(ids), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_layer_norm_is_fused_on_the_default_path_and_explicit_on_the_reference_path(placement):
+    """A GPT-2-style model: PyTorch's LayerNorm kernel on the "sdpa" path (the speed of GPT-2's own
+    code), course_lib's explicit math on "reference" (chapter 11 counts its saved tensors); the two agree,
+    gradients included."""
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    cfg = PRESETS["tiny"].replace(norm="layer", placement=placement, ffn="gelu", positional="learned",
+                                  bias=True)
+    model = DecoderLM(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))
+    outputs = {}
+    for path in ("sdpa", "reference"):
+        with Calls() as calls:
+            logits = model(ids, implementation=path)
+        n_norms = 2 * cfg.n_layers + (placement == "pre")  # a final norm in pre-norm only
+        assert calls.names.count("layer_norm") == (n_norms if path == "sdpa" else 0), path
+        grads = torch.autograd.grad(logits.pow(2).mean(), list(model.parameters()))
+        outputs[path] = (logits, *grads)
+    for fused, explicit in zip(outputs["sdpa"], outputs["reference"]):
+        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-4)
+
+
 def test_runs_on_the_device():
     from course_lib.device import get_device
 

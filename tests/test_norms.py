@@ -76,6 +76,28 @@ def test_layer_norm_matches_torch(dtype, bias, gen):
                                F.layer_norm(x, (24,), ref.weight, ref.bias, 1e-5))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_norm_module_fused_and_explicit_paths_agree_with_their_gradients(dtype, gen):
+    """The module's default path is PyTorch's kernel; fused=False is the explicit layer_norm, value
+    and gradients (x, gain and shift) equal to rounding."""
+    module = norms.LayerNorm(24).to(dtype)
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(24, generator=gen))
+        module.bias.copy_(torch.randn(24, generator=gen))
+    x = (2 + 3 * torch.randn(3, 5, 24, generator=gen, dtype=torch.float64)).to(dtype).requires_grad_()
+    g = torch.randn(3, 5, 24, generator=gen, dtype=torch.float64).to(dtype)
+    results = []
+    for fused in (True, False):
+        y = module(x, fused=fused)
+        results.append((y, *torch.autograd.grad(y, (x, module.weight, module.bias), g)))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(results[1][0], norms.layer_norm(x, module.weight, module.bias, 1e-5),
+                               rtol=0, atol=0)  # fused=False is exactly the explicit function
+    with pytest.raises(TypeError, match="fused must be True or False"):
+        module(x, fused="no")
+
+
 # --- properties ------------------------------------------------------------------------------------------
 
 def test_outputs_have_zero_mean_and_unit_rms(gen):
