@@ -58,6 +58,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             _positive_int(name, getattr(self, name))
+        # the fields left to their defaults, which :meth:`replace` derives again
+        object.__setattr__(self, "_derived", tuple(
+            name for name in ("n_kv_heads", "head_dim") if getattr(self, name) is None))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         _positive_int("n_kv_heads", self.n_kv_heads)
@@ -96,7 +99,13 @@ class ModelConfig:
         return self.n_heads // self.n_kv_heads
 
     def replace(self, **changes) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        ``n_kv_heads`` and ``head_dim``, when they were left to their defaults, are derived again
+        from the new fields: ``replace(n_heads=3)`` of a width-96 config has head_dim 32, not
+        the old 24, and multi-head attention stays multi-head."""
+        for name in self._derived:
+            changes.setdefault(name, None)
         return dataclasses.replace(self, **changes)
 
 

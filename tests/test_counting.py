@@ -155,6 +155,18 @@ def test_config_defaults_and_presets():
     assert math.isfinite(counting.crossover_length(PRESETS["gpt-3-175b"]))
 
 
+def test_replace_derives_again_what_was_left_to_its_default_and_keeps_what_was_given():
+    mha = ModelConfig(vocab_size=10, d_model=96, n_layers=1, n_heads=4, d_ff=10)  # D_h 24, H_kv 4
+    three = mha.replace(n_heads=3)
+    assert (three.head_dim, three.n_kv_heads) == (32, 3)  # not the old 24 and 4
+    assert mha.replace(d_model=128).head_dim == 32
+    assert mha.replace(d_ff=20).head_dim == 24  # unrelated changes keep the derived values
+    gqa = ModelConfig(vocab_size=10, d_model=96, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=10)
+    assert (gqa.replace(n_heads=8).n_kv_heads, gqa.replace(n_heads=8).head_dim) == (2, 16)  # given: kept
+    assert mha.replace(n_heads=3, head_dim=24).head_dim == 24
+    assert three == ModelConfig(vocab_size=10, d_model=96, n_layers=1, n_heads=3, d_ff=10)
+
+
 # --- the breakdown, component by component, against DecoderLM on the meta device -------------------
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
