@@ -1,5 +1,7 @@
-"""Shared test set-up. The expensive work starts in the background as soon as collection shows that a
-selected test needs it, so that it overlaps the unit, grading and exercise tests (2 cores, one budget):
+"""Shared test set-up. The graded exercises (tests/test_exercises.py) run first, with the two cores to
+themselves: nbgrader grades in two shards at once, one per core, and the tests time the grading. Then
+the expensive work starts in the background, for the selected tests that need it, so that it overlaps
+the unit tests (2 cores, one budget):
 
 - the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py);
   it executes every chapter in the development environment, hidden asserts included. Its execution
@@ -150,21 +152,40 @@ def chromium_ready(timeout: float = 900) -> tuple[dict | None, str]:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Start what the selected tests need now; run the tests that wait for it last."""
+    """Order the tests: the graded exercises, the others, then those that wait for background work.
+    Start that work now if no exercise is graded, else at the first test after them (chromium's
+    install, mostly downloading and unpacking, at once)."""
     def in_file(name):
         return [item for item in items if item.nodeid.startswith(f"tests/{name}")]
 
+    grading = in_file("test_exercises.py")
     colab, book, browser = in_file("test_colab.py"), in_file("test_book.py"), in_file("test_site_browser.py")
-    waiting = colab + book + browser
-    items[:] = [item for item in items if item not in waiting] + waiting
+    first, last = set(grading), set(colab + book + browser)
+    items[:] = grading + [item for item in items if item not in first and item not in last] + colab + book + browser
     if colab:
         notebooks = sorted({item.callspec.params["notebook"] for item in colab
                             if hasattr(item, "callspec") and "notebook" in item.callspec.params})
-        start_colab_run(notebooks or [f"book/colab/{sorted((ROOT / 'book').glob('0*.ipynb'))[0].name}"])
+        _after_grading.append(lambda: start_colab_run(
+            notebooks or [f"book/colab/{sorted((ROOT / 'book').glob('0*.ipynb'))[0].name}"]))
     if book or browser:
-        start_book_build()
+        _after_grading.append(start_book_build)
     if browser:
         start_chromium_install()
+    if not grading:
+        _start_after_grading()
+
+
+_after_grading: list = []  # the background jobs to start once the exercises are graded
+
+
+def _start_after_grading() -> None:
+    while _after_grading:
+        _after_grading.pop(0)()
+
+
+def pytest_runtest_setup(item):
+    if _after_grading and not item.nodeid.startswith("tests/test_exercises.py"):
+        _start_after_grading()
 
 
 def pytest_sessionfinish(session, exitstatus):
