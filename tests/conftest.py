@@ -1,6 +1,6 @@
 """Shared test set-up. The graded exercises (tests/test_exercises.py) run first, with the two cores to
 themselves: nbgrader grades in two shards at once, one per core, and the tests time the grading
-(exercise 12's cells took 15.0 s in CI beside the two jobs below, against 5.6-5.9 s after them). Then
+(exercise 12's cells took 15.0 s in CI beside the two jobs below, against 5.6-6.3 s after them). Then
 the expensive work starts in the background, for the selected tests that need it, so that it overlaps
 the unit tests (2 cores, one budget):
 
@@ -152,6 +152,7 @@ def chromium_ready(timeout: float = 900) -> tuple[dict | None, str]:
 # -------------------------------------------------------------------------------------- collection
 
 
+GRADING = "test_exercises.py"  # run first, alone on the cores
 _after_grading: list = []  # the background jobs to start once the exercises are graded
 
 
@@ -167,7 +168,7 @@ def pytest_collection_modifyitems(session, config, items):
     def in_file(name):
         return [item for item in items if item.nodeid.startswith(f"tests/{name}")]
 
-    grading = in_file("test_exercises.py")
+    grading = in_file(GRADING)
     colab, book, browser = in_file("test_colab.py"), in_file("test_book.py"), in_file("test_site_browser.py")
     waiting = colab + book + browser
     items[:] = grading + [item for item in items if item not in grading and item not in waiting] + waiting
@@ -185,7 +186,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_setup(item):
-    if _after_grading and not item.nodeid.startswith("tests/test_exercises.py"):
+    if _after_grading and not item.nodeid.startswith(f"tests/{GRADING}"):
         _start_after_grading()
 
 
