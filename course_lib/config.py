@@ -7,6 +7,7 @@ take plain scalars. ``PRESETS`` holds published shapes of real models by name.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,6 +55,7 @@ class ModelConfig:
     positional: Positional = "rope"
     bias: bool = False
     sliding_window: int | None = None  # Mistral: a query sees at most this many positions (itself included)
+    init_std: float = 0.02  # σ of the initial weights (init.gpt2_init_): GPT-2's; 1/√D suits small D
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -82,6 +84,10 @@ class ModelConfig:
             raise ValueError(f"rope_theta ({self.rope_theta}) must be positive")
         if not self.norm_eps > 0:
             raise ValueError(f"norm_eps ({self.norm_eps}) must be positive")
+        if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
+            raise TypeError(f"init_std must be a number, got {type(self.init_std).__name__}")
+        if not (self.init_std > 0 and math.isfinite(self.init_std)):
+            raise ValueError(f"init_std ({self.init_std}) must be positive and finite")
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")

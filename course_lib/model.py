@@ -34,8 +34,9 @@ class DecoderLM(nn.Module):
     Modules: ``embed`` (V, D); ``pos_embed`` for learned positions; ``blocks``, N
     :class:`TransformerBlock`; ``norm``, the final norm of a pre-norm stack (a post-norm stack already
     ends normalised and has none); ``lm_head``, D → V, sharing ``embed``'s table when
-    ``tie_embeddings``. Weights start as in GPT-2 (``init.gpt2_init_``: std 0.02, residual output
-    projections scaled by 1/√(2N)).
+    ``tie_embeddings``. Weights start as in GPT-2: N(0, σ²) with σ = ``config.init_std`` (0.02
+    by default) for the token table, learned positions and every linear layer, σ/√(2N) for the
+    residual output projections (``init.gpt2_init_``).
     """
 
     def __init__(self, config: ModelConfig):
@@ -48,13 +49,14 @@ class DecoderLM(nn.Module):
                 "take RoPE tables or nothing; use 'rope', 'sinusoidal', 'learned' or 'none'"
             )
         self.config = config
-        self.embed = TokenEmbedding(config.vocab_size, config.d_model)
+        self.embed = TokenEmbedding(config.vocab_size, config.d_model, init_std=config.init_std)
         if config.positional == "learned":
-            self.pos_embed = LearnedPositionalEmbedding(config.max_seq_len, config.d_model)
+            self.pos_embed = LearnedPositionalEmbedding(config.max_seq_len, config.d_model,
+                                                        init_std=config.init_std)
         self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
         self.norm = build_norm(config) if config.placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        gpt2_init_(self, config.n_layers)
+        gpt2_init_(self, config.n_layers, std=config.init_std)
         self.activation_checkpointing = False  # checkpointing.checkpoint_blocks turns it on (ch. 11)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight  # one (V, D) table for reading and writing tokens
@@ -337,4 +339,5 @@ def config_from_hf(hf_config) -> ModelConfig:
         norm_eps=hf_config.rms_norm_eps,
         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
         sliding_window=getattr(hf_config, "sliding_window", None) if model_type == "mistral" else None,
+        init_std=float(getattr(hf_config, "initializer_range", 0.02)),
     )

@@ -134,6 +134,9 @@ def test_memory_helpers():
         (dict(head_dim=15, d_model=60, n_heads=4), ValueError, "head_dim (15) must be even for RoPE"),
         (dict(rope_theta=0.0), ValueError, "rope_theta (0.0) must be positive"),
         (dict(tie_embeddings=1), TypeError, "tie_embeddings must be True or False"),
+        (dict(init_std=0.0), ValueError, "init_std (0.0) must be positive and finite"),
+        (dict(init_std=float("nan")), ValueError, "init_std (nan) must be positive and finite"),
+        (dict(init_std="0.02"), TypeError, "init_std must be a number"),
     ],
 )
 def test_config_errors_name_the_argument(kwargs, error, words):

@@ -80,6 +80,23 @@ def test_from_hf_is_strict_and_ties_weights():
         DecoderLM.from_hf(hf)
 
 
+def test_init_std_sets_the_initial_scale_and_comes_from_initializer_range():
+    """config.init_std is σ of gpt2_init_: σ for the matrices (the tied table included) and
+    σ/√(2N) for the residual output projections; Hugging Face calls it initializer_range."""
+    base = ModelConfig(vocab_size=512, d_model=128, n_layers=2, n_heads=4, d_ff=256,
+                       tie_embeddings=True)
+    for std in (0.02, 0.1):
+        torch.manual_seed(0)
+        model = DecoderLM(base.replace(init_std=std))
+        assert model.embed.weight.std().item() == pytest.approx(std, rel=0.03)
+        assert model.blocks[1].attn.w_q.weight.std().item() == pytest.approx(std, rel=0.03)
+        assert model.blocks[1].ffn.w_down.weight.std().item() == pytest.approx(std / 2, rel=0.03)
+    assert base.init_std == 0.02
+    kind, kwargs = HF_CASES["llama-mqa-tied"]
+    assert config_from_hf(hf_model(kind, **kwargs).config).init_std == 0.02
+    assert config_from_hf(hf_model(kind, **kwargs, initializer_range=0.05).config).init_std == 0.05
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [
