@@ -30,7 +30,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The chapters not yet in the execution cache run first, one kernel per core (tests/execute_book.py);
+# the build then finds them cached.
 book: install
+	$(BIN)/python tests/execute_book.py
 	$(BIN)/jupyter-book build . -W --keep-going
 	@echo
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"

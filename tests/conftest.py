@@ -4,10 +4,11 @@ themselves: nbgrader grades in two shards at once, one per core, and the tests t
 the expensive work starts in the background, for the selected tests that need it, so that it overlaps
 the unit tests (2 cores, one budget):
 
-- the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py);
-  it executes every chapter in the development environment, hidden asserts included. Its execution
-  cache is keyed on the notebooks only, so it is emptied first when course_lib has changed since the
-  last test build: every chapter is then checked against the library as it is now;
+- the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py),
+  after tests/execute_book.py has executed the chapters into its cache two at a time; every chapter
+  runs in the development environment, hidden asserts included. The execution cache is keyed on the
+  notebooks only, so it is emptied first when course_lib has changed since the last test build: every
+  chapter is then checked against the library as it is now;
 - the Colab-like run of the reader notebooks and released exercises, tests/colab_run.py, in a fresh
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
@@ -29,6 +30,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,11 +88,15 @@ def forget_executions_of_an_older_course_lib() -> None:
 
 
 def start_book_build() -> None:
-    """Start `jupyter-book build . -W --keep-going` once, its output going to a temporary log file."""
+    """Start the book build once, its output going to a temporary log file: the chapters that are not
+    in the execution cache, two kernels at a time (tests/execute_book.py), then `jupyter-book build .
+    -W --keep-going`, which finds them cached (and executes again, to report it, any that failed)."""
     if "book-build" not in _jobs:
         forget_executions_of_an_older_course_lib()
-    jb = pathlib.Path(sys.executable).parent / "jupyter-book"
-    _start("book-build", [str(jb), "build", ".", "-W", "--keep-going"])
+    bin_dir = pathlib.Path(sys.executable).parent
+    execute = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'execute_book.py'))}"
+    build = f"exec {shlex.quote(str(bin_dir / 'jupyter-book'))} build . -W --keep-going"
+    _start("book-build", ["sh", "-c", f"{execute}; {build}"])
 
 
 def wait_for_book_build(timeout: float = 1800) -> tuple[int, str]:

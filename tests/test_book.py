@@ -16,6 +16,7 @@ import re
 import pytest
 import yaml
 
+import execute_book
 from conftest import wait_for_book_build
 from setup_cell import ROOT, repo_url
 
@@ -52,6 +53,38 @@ def test_build_has_zero_warnings(build_log):
     # (The kernel's own notice that it listens on local TCP is not a build warning.)
     lines = [line for line in build_log.splitlines() if not line.startswith("[IPKernelApp] WARNING | Kernel is running over TCP")]
     assert [line for line in lines if "WARNING" in line or "ERROR" in line] == []
+
+
+def test_the_build_found_every_chapter_executed_beforehand(build_log):
+    """tests/execute_book.py ran the chapters (two kernels at a time) and cached them as myst-nb would:
+    had it hashed or stored a notebook differently, the build would have executed it again itself."""
+    assert "executing " in build_log or "every chapter is in the execution cache" in build_log
+    assert "Executing notebook using" not in build_log
+    assert " failed after " not in build_log
+
+
+def test_the_chapters_executed_beforehand_are_the_chapters():
+    assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute_book.executed_chapters()] == CHAPTERS
+
+
+def test_chapters_are_executed_longest_first():
+    chapters = [ROOT / f"{name}.ipynb" for name in CHAPTERS]
+    ch = {path.name[:2]: path for path in chapters}
+    # no record (a fresh clone): the capstone first, then back through the table of contents
+    assert execute_book.longest_first(chapters[:3] + chapters[-1:], chapters, {}) == [
+        ch["12"], ch["03"], ch["02"], ch["01"]]
+    seconds = {ch["01"].name: 7.0, ch["02"].name: 12.0, ch["12"].name: 110.0}
+    assert execute_book.longest_first([ch["01"], ch["02"], ch["03"], ch["12"]], chapters, seconds) == [
+        ch["03"], ch["12"], ch["02"], ch["01"]]
+
+
+def test_the_long_chapter_gets_every_core_unless_the_threads_are_capped():
+    short, long = ["a", "b", "c"], ["capstone"]
+    assert execute_book.plan(long + short, jobs=2, cores=2, thread_cap=None) == [(short, 2, 1), (long, 1, 2)]
+    assert execute_book.plan(long + short, jobs=2, cores=2, thread_cap=1) == [(long + short, 2, 1)]
+    assert execute_book.plan(long + short, jobs=4, cores=2, thread_cap=None) == [(short, 3, 1), (long, 1, 2)]
+    assert execute_book.plan(long, jobs=2, cores=2, thread_cap=None) == [(long, 1, 2)]
+    assert execute_book.plan(long + short[:1], jobs=2, cores=8, thread_cap=2) == [(long + short[:1], 2, 2)]
 
 
 def test_every_chapter_in_the_toc_exists_and_is_a_notebook():
