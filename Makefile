@@ -30,8 +30,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The chapters not yet in the execution cache run first, one kernel per core (tests/execute_book.py);
-# the build then finds them cached.
+# The chapters not yet in the execution cache run first, one kernel per core (tests/execute_book.py,
+# which empties the cache when course_lib has changed since it was filled); the build finds them cached.
 book: install
 	$(BIN)/python tests/execute_book.py
 	$(BIN)/jupyter-book build . -W --keep-going

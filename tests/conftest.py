@@ -6,9 +6,8 @@ the unit tests (2 cores, one budget):
 
 - the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py),
   after tests/execute_book.py has executed the chapters into its cache two at a time; every chapter
-  runs in the development environment, hidden asserts included. The execution cache is keyed on the
-  notebooks only, so it is emptied first when course_lib has changed since the last test build: every
-  chapter is then checked against the library as it is now;
+  runs in the development environment, hidden asserts included, against the library as it is now
+  (the script empties the cache when course_lib has changed since it was filled);
 - the Colab-like run of the reader notebooks and released exercises, tests/colab_run.py, in a fresh
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
@@ -26,7 +25,6 @@ CPU from the grading, whose timing tests then failed, and finished 10 s sooner.)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
@@ -66,33 +64,10 @@ def _wait(name: str, timeout: float) -> tuple[int, str]:
 # ------------------------------------------------------------------------------------------- book
 
 
-def course_lib_digest() -> str:
-    """SHA-256 of course_lib's files: what the chapters' executed outputs depend on besides themselves."""
-    files = sorted(p for p in (ROOT / "course_lib").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def forget_executions_of_an_older_course_lib() -> None:
-    """Empty the build's execution cache and Sphinx's saved environment (which would skip unchanged
-    notebooks altogether) if course_lib changed since the last test build."""
-    stamp = ROOT / "_build" / ".course_lib.sha256"
-    digest = course_lib_digest()
-    if not stamp.is_file() or stamp.read_text() != digest:
-        for cache in (".jupyter_cache", ".doctrees"):
-            shutil.rmtree(ROOT / "_build" / cache, ignore_errors=True)
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(digest)
-
-
 def start_book_build() -> None:
     """Start the book build once, its output going to a temporary log file: the chapters that are not
     in the execution cache, two kernels at a time (tests/execute_book.py), then `jupyter-book build .
     -W --keep-going`, which finds them cached (and executes again, to report it, any that failed)."""
-    if "book-build" not in _jobs:
-        forget_executions_of_an_older_course_lib()
     bin_dir = pathlib.Path(sys.executable).parent
     execute = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'execute_book.py'))}"
     build = f"exec {shlex.quote(str(bin_dir / 'jupyter-book'))} build . -W --keep-going"

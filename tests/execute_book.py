@@ -7,7 +7,9 @@ _build/.jupyter_cache, one after the other, on one kernel. This script runs thos
 and stores them in the same cache exactly as myst-nb would: the same notebook read, the same hash,
 ``single_nb_execution`` in the chapter's folder with the timeout and ``allow_errors`` of _config.yml.
 The build then finds every chapter cached and only renders the site. ``make book`` and the test
-suite's book build (tests/conftest.py) both run it first.
+suite's book build (tests/conftest.py) both run it first. The cache is keyed on the notebooks only, so
+it is emptied first when course_lib has changed since it was filled: every chapter then runs against
+the library as it is now.
 
 The short chapters run N kernels at a time (default: one per core) on one torch thread each, and the
 longest (chapter 12, which trains for minutes) runs after them alone, with every core. When the caller
@@ -24,8 +26,10 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import fnmatch
+import hashlib
 import os
 import pathlib
+import shutil
 import sys
 import time
 
@@ -34,6 +38,30 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's execution cache (myst-nb's nb_execution_cache_path)
+
+
+def course_lib_digest() -> str:
+    """SHA-256 of course_lib's files: what the chapters' executed outputs depend on besides themselves."""
+    files = sorted(p for p in (ROOT / "course_lib").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def forget_executions_of_an_older_course_lib() -> bool:
+    """Empty the execution cache and Sphinx's saved environment (which would skip unchanged notebooks
+    altogether) if course_lib changed since the cache was filled: the cache is keyed on the notebooks
+    only. Returns whether it did."""
+    stamp = CACHE.parent / ".course_lib.sha256"
+    digest = course_lib_digest()
+    if stamp.is_file() and stamp.read_text() == digest:
+        return False
+    for cache in (CACHE, CACHE.parent / ".doctrees"):
+        shutil.rmtree(cache, ignore_errors=True)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest)
+    return True
 
 
 def executed_chapters() -> list[pathlib.Path]:
@@ -93,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
+    if forget_executions_of_an_older_course_lib():
+        print("course_lib changed since the chapters were cached: every chapter runs again")
     execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     cache = get_cache(str(CACHE))
     chapters = executed_chapters()

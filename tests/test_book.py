@@ -87,6 +87,28 @@ def test_the_long_chapter_gets_every_core_unless_the_threads_are_capped():
     assert execute_book.plan(long + short[:1], jobs=2, cores=8, thread_cap=2) == [(long + short[:1], 2, 2)]
 
 
+def test_the_execution_cache_is_emptied_when_course_lib_changes(tmp_path, monkeypatch):
+    cache, doctrees = tmp_path / ".jupyter_cache", tmp_path / ".doctrees"
+    monkeypatch.setattr(execute_book, "CACHE", cache)
+    monkeypatch.setattr(execute_book, "course_lib_digest", lambda: "one")
+
+    def fill():
+        for folder in (cache, doctrees):
+            folder.mkdir(exist_ok=True)
+            (folder / "entry").write_text("executed")
+
+    fill()
+    assert execute_book.forget_executions_of_an_older_course_lib()  # no stamp: who knows what ran
+    assert not cache.exists() and not doctrees.exists()
+    fill()
+    assert not execute_book.forget_executions_of_an_older_course_lib()  # the same course_lib
+    assert (cache / "entry").is_file() and (doctrees / "entry").is_file()
+    monkeypatch.setattr(execute_book, "course_lib_digest", lambda: "two")
+    assert execute_book.forget_executions_of_an_older_course_lib()
+    assert not cache.exists() and not doctrees.exists()
+    assert (tmp_path / ".course_lib.sha256").read_text() == "two"
+
+
 def test_every_chapter_in_the_toc_exists_and_is_a_notebook():
     for chapter in CHAPTERS:
         assert (ROOT / f"{chapter}.ipynb").is_file(), chapter
