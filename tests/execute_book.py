@@ -14,8 +14,8 @@ the library as it is now.
 The short chapters run N kernels at a time (default: one per core) on one torch thread each, and the
 longest (chapter 12, which trains for minutes) runs after them alone, with every core. When the caller
 caps the threads (OMP_NUM_THREADS; the test suite sets one, since its other jobs share the cores), all
-run N at a time, the longest first. Never more threads than cores: torch's worker threads spin while
-they wait for a core, which slows every kernel down.
+run N at a time, the longest first. A kernel gets at most cores / N threads: torch's worker threads
+spin while they wait for a core, so more threads than cores slow every kernel down.
 
 A chapter that fails is not cached; the build executes it again and reports the error under -W, so
 this script's exit status is 0 unless it could not run at all.
