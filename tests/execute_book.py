@@ -52,16 +52,17 @@ def course_lib_digest() -> str:
 def forget_executions_of_an_older_course_lib() -> bool:
     """Empty the execution cache and Sphinx's saved environment (which would skip unchanged notebooks
     altogether) if course_lib changed since the cache was filled: the cache is keyed on the notebooks
-    only. Returns whether it did."""
+    only. Returns whether there were executions to forget."""
     stamp = CACHE.parent / ".course_lib.sha256"
     digest = course_lib_digest()
     if stamp.is_file() and stamp.read_text() == digest:
         return False
+    forgotten = CACHE.exists()
     for cache in (CACHE, CACHE.parent / ".doctrees"):
         shutil.rmtree(cache, ignore_errors=True)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(digest)
-    return True
+    return forgotten
 
 
 def executed_chapters() -> list[pathlib.Path]:

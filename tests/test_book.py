@@ -97,6 +97,9 @@ def test_the_execution_cache_is_emptied_when_course_lib_changes(tmp_path, monkey
             folder.mkdir(exist_ok=True)
             (folder / "entry").write_text("executed")
 
+    assert not execute_book.forget_executions_of_an_older_course_lib()  # nothing cached yet
+    assert (tmp_path / ".course_lib.sha256").read_text() == "one"
+    (tmp_path / ".course_lib.sha256").unlink()
     fill()
     assert execute_book.forget_executions_of_an_older_course_lib()  # no stamp: who knows what ran
     assert not cache.exists() and not doctrees.exists()
