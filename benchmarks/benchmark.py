@@ -28,7 +28,9 @@ Every number comes from this run, on this machine:
 
 Timing: every candidate is warmed up, then the candidates of a comparison run in turn, in a new
 random order each round, several rounds, and each keeps its median, so that a change in the
-machine's load hits all of them alike: the targets are ratios measured in one run. Other processes still add
+machine's load hits all of them alike: the targets are ratios measured in one run. The training
+ratios are medians of per-round ratios (each round times both models of a pair back to back), with
+a bootstrap 95 % interval that shows how far the run's noise leaves the ratio uncertain. Other processes still add
 noise; the load average is printed before and after, and a run on a busy machine should be
 repeated when it is quiet.
 
@@ -82,10 +84,10 @@ MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 
 # --- timing ----------------------------------------------------------------------------------------
 
-def time_round_robin(candidates: dict[str, Callable[[], object]], rounds: int,
-                     warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each candidate. Every round calls each candidate once, in a
-    new random order: what one call leaves behind (caches, freed memory) must not always
+def round_robin_samples(candidates: dict[str, Callable[[], object]], rounds: int,
+                        warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of every call of each candidate, one per round. Every round calls each candidate
+    once, in a new random order: what one call leaves behind (caches, freed memory) must not always
     favour the same successor."""
     for fn in candidates.values():
         for _ in range(warmup):
@@ -99,7 +101,24 @@ def time_round_robin(candidates: dict[str, Callable[[], object]], rounds: int,
             start = time.perf_counter()
             candidates[name]()
             samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+def time_round_robin(candidates: dict[str, Callable[[], object]], rounds: int,
+                     warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each candidate (see :func:`round_robin_samples`)."""
+    samples = round_robin_samples(candidates, rounds, warmup)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def paired_ratio(theirs: list[float], ours: list[float], resamples: int = 2000) -> tuple[float, float, float]:
+    """The median over rounds of theirs / ours (both timed in the same round, so a slow stretch of
+    the machine slows both), and a 95 % bootstrap interval for that median: (median, low, high).
+    Above 1, ours is faster."""
+    ratios = [t / o for t, o in zip(theirs, ours)]
+    draw = random.Random(1)
+    medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def time_shares(fn: Callable[[], object], calls: int = 3) -> dict[str, float]:
@@ -291,10 +310,14 @@ def bench_training(rounds: int) -> dict:
             name = f"{kind}, {owner}"
             steps[name] = (lambda m, o: lambda: train_step(m, o, x, y, lr=1e-4, grad_clip=1.0))(model, optimizer)
             counts[name] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    seconds = time_round_robin(steps, rounds, warmup=3)
+    samples = round_robin_samples(steps, rounds, warmup=3)
+    seconds = {name: statistics.median(s) for name, s in samples.items()}
+    ratios = {kind: paired_ratio(samples[f"{kind}, Hugging Face"], samples[f"{kind}, course_lib"])
+              for kind in ("gpt2", "modern")}
     shares = {name: time_shares(fn) for name, fn in steps.items()}
     tokens = TRAIN_BATCH * TRAIN_T
-    return dict(seconds=seconds, rate={n: tokens / t for n, t in seconds.items()}, params=counts, shares=shares)
+    return dict(seconds=seconds, rate={n: tokens / t for n, t in seconds.items()}, params=counts, shares=shares,
+                ratios=ratios, rounds=rounds)
 
 
 # --- report --------------------------------------------------------------------------------------------
@@ -316,7 +339,7 @@ def main() -> None:
     block = bench_block(rounds)
     peak = block["peak"]
     gen = bench_generation(1 if args.quick else 5, with_hf=not args.quick)
-    train = bench_training(5 if args.quick else 15)
+    train = bench_training(10 if args.quick else 40)
     load_after = os.getloadavg()[0]
 
     s, shares = block["seconds"], block["shares"]
@@ -365,16 +388,19 @@ def main() -> None:
         print(f"  {name:30}{train['params'][name]:11,}{1e3 * train['seconds'][name]:9.1f}{rate[name]:10,.0f}   "
               f"{100 * sh['matrix products']:.0f} / {100 * sh['attention kernel']:.0f} / "
               f"{100 * sh['everything else']:.0f} %")
-    gpt2_ratio = rate["gpt2, course_lib"] / rate["gpt2, Hugging Face"]
-    modern_ratio = rate["modern, course_lib"] / rate["modern, Hugging Face"]
+    gpt2_ratio, *gpt2_interval = train["ratios"]["gpt2"]  # (median, low, high)
+    modern_ratio, *modern_interval = train["ratios"]["modern"]
+    paired = f"median of {train['rounds']} paired rounds, 95 % interval"
 
     targets = [
         (f"fast path vs Hugging Face: {hf_ratio:.2f}× (target ≥ {TARGET_HF_RATIO})",
          hf_ratio >= TARGET_HF_RATIO),
-        (f"training, GPT-2 variant vs GPT2LMHeadModel: {gpt2_ratio:.2f}× the tokens/s (target ≥ "
-         f"{TARGET_HF_RATIO})", gpt2_ratio >= TARGET_HF_RATIO),
-        (f"training, modern block vs LlamaForCausalLM: {modern_ratio:.2f}× the tokens/s (target ≥ "
-         f"{TARGET_HF_RATIO})", modern_ratio >= TARGET_HF_RATIO),
+        (f"training, GPT-2 variant vs GPT2LMHeadModel: {gpt2_ratio:.3f}× the tokens/s ({paired} "
+         f"{gpt2_interval[0]:.3f}–{gpt2_interval[1]:.3f}; target ≥ {TARGET_HF_RATIO})",
+         gpt2_ratio >= TARGET_HF_RATIO),
+        (f"training, modern block vs LlamaForCausalLM: {modern_ratio:.3f}× the tokens/s ({paired} "
+         f"{modern_interval[0]:.3f}–{modern_interval[1]:.3f}; target ≥ {TARGET_HF_RATIO})",
+         modern_ratio >= TARGET_HF_RATIO),
         (f"fast path: {100 * fraction:.0f} % of the matmul FLOP/s (target ≥ "
          f"{100 * TARGET_MATMUL_FRACTION:.0f} %)", fraction >= TARGET_MATMUL_FRACTION),
         (f"explicit path: {explicit_ratio:.2f}× the fast path's time (target ≤ {TARGET_EXPLICIT_RATIO})",
@@ -424,7 +450,8 @@ def main() -> None:
             f"context (here {PROMPT + NEW_TOKENS // 2} positions on average). The ratio grows with "
             f"the generation length and shrinks when other processes slow down small operations "
             f"(load average {load_before:.1f} before the run, on {os.cpu_count()} cores).")
-    for kind, ratio, hf_name in (("gpt2", gpt2_ratio, "GPT2LMHeadModel"), ("modern", modern_ratio, "LlamaForCausalLM")):
+    for kind, hf_name in (("gpt2", "GPT2LMHeadModel"), ("modern", "LlamaForCausalLM")):
+        ratio, low, high = train["ratios"][kind]
         if ratio < TARGET_HF_RATIO:
             ours_sh, theirs_sh = train["shares"][f"{kind}, course_lib"], train["shares"][f"{kind}, Hugging Face"]
             notes.append(
@@ -434,9 +461,11 @@ def main() -> None:
                 f"{100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest is elementwise work "
                 f"(norms, positions, activations, their backward passes) and Python overhead, where the two "
                 f"implementations differ (on this path course_lib's LayerNorm and activations call PyTorch's "
-                f"kernels, and its RMSNorm is explicit math, as LlamaRMSNorm is). "
-                f"A ratio within a few percent of 1 is run-to-run noise; on a busy machine (load average "
-                f"{load_before:.1f} here) rerun when it is quiet.")
+                f"kernels, its RMSNorm is explicit math, as LlamaRMSNorm is, and RoPE's backward pass is "
+                f"written by hand). "
+                + (f"The interval {low:.3f}–{high:.3f} contains 1: this run does not tell the two apart. "
+                   if high >= 1 else "")
+                + f"On a busy machine (load average {load_before:.1f} here) rerun when it is quiet.")
     if notes:
         print("\nwhy targets were missed:")
         for note in notes:

@@ -144,6 +144,105 @@ def test_rotate_half_form_is_our_formula(gen):
     torch.testing.assert_close(pe.apply_rope(x, cos, sin), x * full_cos + rotate_half(x) * full_sin, rtol=0, atol=0)
 
 
+# --- RoPE's backward pass, written by hand -------------------------------------------------------
+
+def rope_by_autograd(x, cos, sin, pairing):
+    """The rotation as plain differentiable operations, for autograd to differentiate."""
+    half = x.shape[-1] // 2
+    if pairing == "half":
+        full_cos, full_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        return x * full_cos + rotate_half(x) * full_sin  # Hugging Face's form
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
+@pytest.mark.parametrize("batched_positions", [False, True])
+def test_backward_equals_autograds_bit_for_bit(pairing, batched_positions, gen):
+    B, T, H, D_h = 3, 7, 2, 8
+    positions = torch.arange(T)[None] + torch.tensor([[0], [5], [40]]) if batched_positions else T
+    cos, sin = pe.rope_cos_sin(positions, D_h)
+    x0 = torch.randn(B, T, H, D_h, generator=gen)  # as the model has it: a (B, H, T, D_h) strided view
+    grad_out = torch.randn(B, H, T, D_h, generator=gen)
+    ours, theirs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    y = pe.apply_rope(ours.transpose(1, 2), cos, sin, pairing)
+    y.backward(grad_out)
+    rope_by_autograd(theirs.transpose(1, 2), cos, sin, pairing).backward(grad_out)
+    assert y.grad_fn is not None and "Rope" in type(y.grad_fn).__name__  # the hand-written backward ran
+    assert torch.equal(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
+def test_gradient_is_the_output_gradient_turned_back(pairing, gen):
+    T, D_h = 6, 8
+    positions = torch.tensor([0, 3, 9, 100, 7, 2])
+    cos, sin = pe.rope_cos_sin(positions, D_h, dtype=torch.float64)
+    x = torch.randn(2, T, D_h, generator=gen, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(2, T, D_h, generator=gen, dtype=torch.float64)
+    (grad_x,) = torch.autograd.grad(pe.apply_rope(x, cos, sin, pairing), x, grad_out)
+    # ∂L/∂x_p = R_pᵀ ∂L/∂y_p = R_(−p) ∂L/∂y_p, with the explicit matrices
+    turned_back = pe.apply_rope_reference(grad_out, -positions, pairing=pairing)
+    torch.testing.assert_close(grad_x, turned_back, rtol=0, atol=1e-6)  # the tables' angles are float32
+    assert torch.equal(grad_x, pe.apply_rope(grad_out, cos, -sin, pairing))  # the same tables, by −θ
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
+@pytest.mark.parametrize("batched_positions", [False, True])
+def test_gradcheck_through_x_and_the_tables(pairing, batched_positions, gen):
+    T, D_h = 4, 6
+    shape = (2, 1, T, D_h // 2) if batched_positions else (T, D_h // 2)
+    x = torch.randn(2, 3, T, D_h, generator=gen, dtype=torch.float64, requires_grad=True)
+    cos = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    sin = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, c, s: pe.apply_rope(x, c, s, pairing), (x, cos, sin))
+    assert torch.autograd.gradcheck(lambda x: pe.apply_rope(x, cos.detach(), sin.detach(), pairing), (x,))
+
+
+def test_backward_keeps_only_the_tables(gen):
+    x = torch.randn(2, 3, 5, 8, generator=gen, requires_grad=True)
+    cos, sin = pe.rope_cos_sin(5, 8)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        pe.apply_rope(x * 1.0, cos, sin)  # x * 1.0: the rotation's input is not a leaf
+    assert {t.data_ptr() for t in saved} == {cos.data_ptr(), sin.data_ptr()}
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
+def test_plain_tensors_take_the_path_without_concatenation(pairing, gen, monkeypatch):
+    x = torch.randn(2, 3, 5, 8, generator=gen, requires_grad=True)
+    cos, sin = pe.rope_cos_sin(5, 8)
+    expected = rope_by_autograd(x.detach(), cos, sin, pairing)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the fallback for batched tensors ran on plain ones")
+
+    monkeypatch.setattr(torch, "cat", forbidden)
+    monkeypatch.setattr(torch, "stack", forbidden)
+    y = pe.apply_rope(x, cos, sin, pairing)  # forward and backward write each pair in place
+    y.sum().backward()
+    with torch.no_grad():
+        assert torch.equal(pe.apply_rope(x, cos, sin, pairing), y)
+    assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
+def test_vmap_and_vectorized_jacobians_agree_with_the_loop(pairing, gen):
+    T, D_h = 4, 6
+    cos, sin = pe.rope_cos_sin(torch.tensor([1, 5, 2, 30]), D_h, dtype=torch.float64)
+    xs = torch.randn(3, 2, T, D_h, generator=gen, dtype=torch.float64)
+
+    def rope(x):
+        return pe.apply_rope(x, cos, sin, pairing)
+
+    looped = torch.stack([rope(x) for x in xs])
+    torch.testing.assert_close(torch.func.vmap(rope)(xs), looped, rtol=0, atol=0)
+    by_loop = torch.autograd.functional.jacobian(rope, xs[0])  # (2, T, D_h, 2, T, D_h)
+    vectorized = torch.autograd.functional.jacobian(rope, xs[0], vectorize=True)
+    torch.testing.assert_close(vectorized, by_loop, rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.jacrev(rope)(xs[0]), by_loop, rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.jacfwd(rope)(xs[0]), by_loop, rtol=0, atol=1e-15)
+
+
 # --- RoPE against Meta's reference (interleaved pairs, complex numbers) ----------------------------
 
 def meta_precompute_freqs_cis(dim, end, theta=10000.0):
