@@ -99,11 +99,11 @@ class TransformerBlock(nn.Module):
 
 
 def apply_norm(norm: nn.Module, x: torch.Tensor, implementation: str) -> torch.Tensor:
-    """``norm(x)`` on the model's path: LayerNorm runs PyTorch's fused kernel on the
-    ``"sdpa"`` path and its explicit math on ``"reference"``; RMSNorm runs its explicit
-    math on both, as Llama's code and ``LlamaRMSNorm`` do (PyTorch's ``F.rms_norm`` is
-    no faster on CPU)."""
-    if isinstance(norm, LayerNorm):
+    """``norm(x)`` on the model's path. On ``"sdpa"``, LayerNorm runs PyTorch's fused
+    kernel and RMSNorm its hand-written backward pass (PyTorch's ``F.rms_norm`` is no
+    faster on CPU); on ``"reference"`` both run their explicit math, every step recorded
+    by autograd."""
+    if isinstance(norm, (LayerNorm, RMSNorm)):
         return norm(x, fused=implementation == "sdpa")
     return norm(x)
 

@@ -181,7 +181,8 @@ def block_saved_breakdown(
     With B = batch, T = seq_len, D = d_model, H = n_heads, H_kv = n_kv_heads, D_h =
     head_dim (default D / H), F = d_ff, in elements of 4 bytes::
 
-        each norm       x, 1/rms(x), x/rms(x), output      3·B·T·D + B·T  (two norms)
+        each norm       "sdpa": x/rms(x), 1/rms(x), output  2·B·T·D + B·T  (two norms)
+                        "reference": x as well              3·B·T·D + B·T
         RoPE tables     cos, sin                            T·D_h
         attention in    "sdpa": q; k, v with H_kv heads     B·H·T·D_h + 2·B·H_kv·T·D_h
                         "reference": q; k, v with H heads   3·B·H·T·D_h
@@ -191,9 +192,11 @@ def block_saved_breakdown(
         w_o's input     the heads concatenated              B·T·H·D_h
         SwiGLU          gate, SiLU(gate), up, product       4·B·T·F
 
-    The fused kernel groups the query heads itself (``enable_gqa``), so it keeps K and V
-    with H_kv heads; the explicit path saves the H-head copies ``repeat_kv`` makes. The
-    residual additions save nothing. With ``checkpointed=True`` the block keeps only its
+    On ``"sdpa"`` RMSNorm differentiates by hand from x/rms and 1/rms; the explicit
+    :func:`~course_lib.norms.rms_norm`, recorded by autograd, keeps x too. The fused
+    kernel groups the query heads itself (``enable_gqa``), so it keeps K and V with H_kv
+    heads; the explicit path saves the H-head copies ``repeat_kv`` makes. The residual
+    additions save nothing. With ``checkpointed=True`` the block keeps only its
     inputs: x (B·T·D) and the RoPE tables (T·D_h), which every block of a model shares.
 
     The "sdpa" lines are what ``F.scaled_dot_product_attention``'s CPU kernel saves in
@@ -223,8 +226,12 @@ def block_saved_breakdown(
     f4 = _FLOAT32
     if checkpointed:
         return {"block input x": f4 * B * T * D, "RoPE cos, sin": f4 * T * D_h}
+    if attention == "sdpa":  # hand-written backward
+        norm_name, norm_tensors = "x/rms, output", 2
+    else:
+        norm_name, norm_tensors = "x, x/rms, output", 3
     parts = {
-        "attn_norm: x, x/rms, output": f4 * 3 * B * T * D,
+        f"attn_norm: {norm_name}": f4 * norm_tensors * B * T * D,
         "attn_norm: 1/rms": f4 * B * T,
         "RoPE cos, sin": f4 * T * D_h,
     }
@@ -245,7 +252,7 @@ def block_saved_breakdown(
             parts["causal masks (bool)"] = 0
         parts["w_o input (heads concatenated)"] = f4 * B * T * H * D_h
     parts.update({
-        "ffn_norm: h, h/rms, output": f4 * 3 * B * T * D,
+        f"ffn_norm: {norm_name.replace('x', 'h')}": f4 * norm_tensors * B * T * D,
         "ffn_norm: 1/rms": f4 * B * T,
         "SwiGLU: gate, SiLU(gate), up, product": f4 * 4 * B * T * F,
     })
@@ -260,7 +267,7 @@ def block_saved_bytes(
     saves for backward, parameters excluded. Without checkpointing, per token (divide by
     B·T), for T, H ≥ 2::
 
-        "sdpa":       4·(6·D + 2 + 3·H·D_h + 2·H_kv·D_h + H + 4·F) + 4·D_h/B  (RoPE)
+        "sdpa":       4·(4·D + 2 + 3·H·D_h + 2·H_kv·D_h + H + 4·F) + 4·D_h/B  (RoPE)
         "reference":  4·(6·D + 2 + 4·H·D_h + 2·H·T + 4·F) + 2·T/B + 4·D_h/B
     """
     parts = block_saved_breakdown(batch, seq_len, d_model, n_heads, n_kv_heads, d_ff,

@@ -230,6 +230,12 @@ class RMSNorm(nn.Module):
 
     Computed in float32 and cast back before the gain, like ``LlamaRMSNorm``;
     agrees with ``nn.RMSNorm(dim, eps=eps)`` (tests check both).
+
+    ``forward(x, fused=True)`` computes the same numbers but differentiates them by
+    hand, with :func:`rms_norm_backward`'s formula, from x/rms and 1/rms kept in the
+    forward pass; ``fused=False`` runs the explicit :func:`rms_norm`, every step
+    recorded by autograd, which also keeps x. The model's ``implementation="reference"``
+    path takes the explicit one.
     """
 
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -238,12 +244,61 @@ class RMSNorm(nn.Module):
         self.eps = _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, fused: bool = True) -> torch.Tensor:
         _check_last_dim(x, self.dim)
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused must be True or False, got {fused!r}")
+        if fused:
+            return _RMSNormFunction.apply(x, self.weight, self.eps)[0]  # (..., D)
         return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x̂ · γ with x̂ = x / r, r = sqrt(mean(x²) + ε): the numbers of :func:`rms_norm`,
+    bit for bit, with the backward pass of :func:`rms_norm_backward`
+
+        ∂L/∂x = (u − x̂ · mean(x̂ ⊙ u)) / r,   u = γ ⊙ ∂L/∂y;   ∂L/∂γ = Σ ∂L/∂y ⊙ x̂,
+
+    computed from the x̂ and 1/r of the forward pass (float32 at least), so x itself is
+    not kept. Autograd's graph of :func:`rms_norm` keeps x as well and replays each of
+    its operations, which is slower (the README's benchmark section has the numbers).
+    Returns (y, x̂, 1/r); only y is differentiable.
+    """
+
+    generate_vmap_rule = True  # torch.func.vmap runs forward and backward batched
+
+    @staticmethod
+    def forward(x, weight, eps):
+        x32 = x.to(_compute_dtype(x))
+        inv_rms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1): 1/r
+        x_hat = x32 * inv_rms  # (..., D)
+        return x_hat.type_as(x) * weight, x_hat, inv_rms
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, _ = inputs
+        _, x_hat, inv_rms = output
+        ctx.mark_non_differentiable(x_hat, inv_rms)
+        ctx.x_dtype = x.dtype
+        ctx.save_for_backward(x_hat, inv_rms, weight)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad, _grad_x_hat, _grad_inv_rms):
+        x_hat, inv_rms, weight = ctx.saved_tensors
+        grad_x = grad_weight = None
+        g32 = grad.to(x_hat.dtype)  # (..., D)
+        if ctx.needs_input_grad[0]:
+            u = g32 * weight.to(x_hat.dtype)  # (..., D): γ ⊙ g
+            grad_x = (u - x_hat * (x_hat * u).mean(-1, keepdim=True)) * inv_rms
+            grad_x = grad_x.to(ctx.x_dtype)  # (..., D)
+        if ctx.needs_input_grad[1]:
+            d = x_hat.shape[-1]
+            grad_weight = (g32 * x_hat).reshape(-1, d).sum(0).to(weight.dtype)  # (D,)
+        return grad_x, grad_weight, None
 
 
 class LayerNorm(nn.Module):

@@ -312,9 +312,9 @@ class _RopeFunction(torch.autograd.Function):
     the output's gradient turned back by the same angles. It needs only the tables,
     which every layer shares. Autograd's own graph of the forward pass (eight products
     on strided half-width views, a subtraction, an addition and a concatenation) keeps
-    the same tables but replays every operation: forward and backward took 1.6–1.9
-    times as long at chapter 12's training shapes on a 2-core CPU. For tables that
-    require grad (not the case in the models) x is kept too:
+    the same tables but replays every operation, which is slower (the README's
+    benchmark section has the numbers). For tables that require grad (not the case in
+    the models) x is kept too:
     ∂L/∂cos = Σ (g_a a + g_b b) and ∂L/∂sin = Σ (g_b a − g_a b), summed over the
     dimensions the tables were broadcast along.
     """

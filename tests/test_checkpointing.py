@@ -162,7 +162,7 @@ def test_breakdown_sums_to_total_and_per_token_formula():
     for attention in ck.ATTENTION_PATHS:
         parts = ck.block_saved_breakdown(B, T, D, H, 2, F_, attention=attention)
         assert sum(parts.values()) == ck.block_saved_bytes(B, T, D, H, 2, F_, attention=attention)
-    sdpa = 4 * B * T * (6 * D + 2 + 3 * H * D_h + 2 * 2 * D_h + H + 4 * F_) + 4 * T * D_h
+    sdpa = 4 * B * T * (4 * D + 2 + 3 * H * D_h + 2 * 2 * D_h + H + 4 * F_) + 4 * T * D_h
     ref = 4 * B * T * (6 * D + 2 + 4 * H * D_h + 2 * H * T + 4 * F_) + 2 * T * T + 4 * T * D_h
     assert ck.block_saved_bytes(B, T, D, H, 2, F_) == sdpa
     assert ck.block_saved_bytes(B, T, D, H, 2, F_, attention="reference") == ref
@@ -233,7 +233,8 @@ def test_whole_model_is_blocks_plus_head(attention, n_layers):
     c = model.config
     B, T = 2, 11
     ids = torch.randint(0, 50, (B, T + 1), generator=torch.Generator().manual_seed(2))
-    head = (4 * (3 * B * T * c.d_model + B * T)  # final norm: x, x/rms, output; 1/rms
+    norm_tensors = 2 if attention == "sdpa" else 3  # x/rms, output (and x on the explicit path)
+    head = (4 * (norm_tensors * B * T * c.d_model + B * T)  # final norm, with 1/rms
             + 4 * B * T * c.vocab_size  # log-probabilities kept by cross_entropy
             + ids.numel() * 8  # the input ids: a slice of ids, whose whole storage is kept
             + B * T * 8 + 4)  # the flattened targets (a copy) and the loss's total weight

@@ -98,6 +98,65 @@ def test_layer_norm_module_fused_and_explicit_paths_agree_with_their_gradients(d
         module(x, fused="no")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rms_norm_module_fused_path_is_rms_norm_with_its_gradients(dtype, gen):
+    """fused=True (the default) gives rms_norm's numbers bit for bit and differentiates them by hand:
+    gradients equal autograd's through the explicit rms_norm, and rms_norm_backward's."""
+    module = norms.RMSNorm(24, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(24, generator=gen))
+    x = (2 + 3 * torch.randn(3, 5, 24, generator=gen, dtype=torch.float64)).to(dtype).requires_grad_()
+    g = torch.randn(3, 5, 24, generator=gen, dtype=torch.float64).to(dtype)
+    fused = module(x)
+    assert fused.grad_fn is not None and "RMSNorm" in type(fused.grad_fn).__name__
+    explicit = module(x, fused=False)
+    assert torch.equal(fused, explicit) and torch.equal(explicit, norms.rms_norm(x, module.weight, 1e-5))
+    by_hand = torch.autograd.grad(fused, (x, module.weight), g)
+    by_autograd = torch.autograd.grad(explicit, (x, module.weight), g)
+    tol = {} if dtype != torch.bfloat16 else dict(rtol=2e-2, atol=2e-2)
+    for got, want in zip(by_hand, by_autograd):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, **tol)
+    if dtype != torch.bfloat16:  # bf16 rounds the two orders of arithmetic differently
+        formula = norms.rms_norm_backward(x.detach(), module.weight.detach(), g, 1e-5)
+        for got, want in zip(by_hand, formula):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="fused must be True or False"):
+        module(x, fused=1)
+
+
+def test_rms_norm_fused_gradcheck_and_what_it_keeps(gen):
+    module = norms.RMSNorm(6, eps=1e-3).double()
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(6, generator=gen, dtype=torch.float64))
+    x = torch.randn(2, 3, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: norms._RMSNormFunction.apply(x, w, 1e-3)[0],
+                                    (x, module.weight))
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        module(x * 1.0)  # x * 1.0: the norm's input is not a leaf
+    weight = module.weight.data_ptr()
+    shapes = sorted(tuple(t.shape) for t in kept if t.data_ptr() != weight)
+    assert shapes == [(2, 3, 1), (2, 3, 6)]  # 1/rms and x/rms: not x itself
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        kept.clear()
+        module(x * 1.0, fused=False)
+    wide = {t.data_ptr() for t in kept if tuple(t.shape) == (2, 3, 6)}
+    assert len(wide) == 2  # autograd keeps x as well as x/rms
+
+
+def test_rms_norm_fused_under_vmap_and_vectorized_jacobians(gen):
+    module = norms.RMSNorm(5).double()
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(5, generator=gen, dtype=torch.float64))
+    xs = torch.randn(4, 3, 5, generator=gen, dtype=torch.float64)
+    looped = torch.stack([module(x) for x in xs])
+    torch.testing.assert_close(torch.func.vmap(module)(xs), looped, rtol=0, atol=0)
+    by_loop = jacobian(lambda x: module(x, fused=False), xs[0])  # (3, 5, 3, 5)
+    for jac in (jacobian(module, xs[0], vectorize=True), torch.func.jacrev(module)(xs[0])):
+        torch.testing.assert_close(jac, by_loop, rtol=1e-12, atol=1e-12)
+
+
 # --- properties ------------------------------------------------------------------------------------------
 
 def test_outputs_have_zero_mean_and_unit_rms(gen):
