@@ -29,10 +29,10 @@ Every number comes from this run, on this machine:
 Timing: every candidate is warmed up, then the candidates of a comparison run in turn, in a new
 random order each round, several rounds, and each keeps its median, so that a change in the
 machine's load hits all of them alike: the targets are ratios measured in one run. The training
-ratios are medians of per-round ratios (each round times both models of a pair back to back), with
-a bootstrap 95 % interval that shows how far the run's noise leaves the ratio uncertain. Other processes still add
-noise; the load average is printed before and after, and a run on a busy machine should be
-repeated when it is quiet.
+ratios are medians of per-round ratios (each round times every step once, so the two models of a
+pair meet the same stretch of the machine), with a bootstrap 95 % interval that shows how
+uncertain the run's noise leaves the ratio. Other processes still add noise; the load average is
+printed before and after, and a run on a busy machine should be repeated when it is quiet.
 
 Targets (issue 6): fast path at least as fast as Hugging Face (ratio ≥ 1.0); fast path ≥ 85 % of
 the matmul FLOP/s; explicit path within 1.5× of the fast path; preallocated cache ≥ 6× faster
