@@ -178,14 +178,22 @@ def rms_norm_backward(
         raise ValueError(f"grad_out must be a tensor of x's shape {tuple(x.shape)}, "
                          f"got {tuple(getattr(grad_out, 'shape', ()))}")
     eps = _check_eps(eps)
-    dtype = _compute_dtype(x)
-    x32, g32, w32 = x.to(dtype), grad_out.to(dtype), weight.to(dtype)
-    r = torch.sqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
-    x_hat = x32 / r  # (..., D)
-    wg = w32 * g32  # (..., D): γ ⊙ g
-    grad_x = (wg - x_hat * (x_hat * wg).mean(-1, keepdim=True)) / r  # (..., D)
-    grad_weight = (g32 * x_hat).reshape(-1, d).sum(0)  # (D,): summed over every position
+    x32 = x.to(_compute_dtype(x))
+    inv_rms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1): 1/r
+    grad_x, grad_weight = _rms_norm_grads(x32 * inv_rms, inv_rms, weight, grad_out)
     return grad_x.to(x.dtype), grad_weight.to(weight.dtype)
+
+
+def _rms_norm_grads(x_hat: torch.Tensor, inv_rms: torch.Tensor, weight: torch.Tensor,
+                    grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_backward`'s formula from x̂ = x/r (..., D) and 1/r (..., 1), in x̂'s
+    dtype: what :func:`rms_norm_backward` recomputes from x, and what ``RMSNorm``'s fused
+    path kept from its forward pass."""
+    g32 = grad_out.to(x_hat.dtype)  # (..., D)
+    wg = weight.to(x_hat.dtype) * g32  # (..., D): γ ⊙ g
+    grad_x = (wg - x_hat * (x_hat * wg).mean(-1, keepdim=True)) * inv_rms  # (..., D)
+    grad_weight = (g32 * x_hat).reshape(-1, x_hat.shape[-1]).sum(0)  # (D,): every position
+    return grad_x, grad_weight
 
 
 def merge_moments(
@@ -291,16 +299,8 @@ class _RMSNormFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad, _grad_x_hat, _grad_inv_rms):
         x_hat, inv_rms, weight = ctx.saved_tensors
-        grad_x = grad_weight = None
-        g32 = grad.to(x_hat.dtype)  # (..., D)
-        if ctx.needs_input_grad[0]:
-            u = g32 * weight.to(x_hat.dtype)  # (..., D): γ ⊙ g
-            grad_x = (u - x_hat * (x_hat * u).mean(-1, keepdim=True)) * inv_rms
-            grad_x = grad_x.to(ctx.x_dtype)  # (..., D)
-        if ctx.needs_input_grad[1]:
-            d = x_hat.shape[-1]
-            grad_weight = (g32 * x_hat).reshape(-1, d).sum(0).to(weight.dtype)  # (D,)
-        return grad_x, grad_weight, None
+        grad_x, grad_weight = _rms_norm_grads(x_hat, inv_rms, weight, grad)
+        return grad_x.to(ctx.x_dtype), grad_weight.to(weight.dtype), None
 
 
 class LayerNorm(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.autograd.functional import jacobian
 
+from course_lib import checkpointing as ck
 from course_lib import norms
 from course_lib.device import get_device
 
@@ -132,16 +133,12 @@ def test_rms_norm_fused_gradcheck_and_what_it_keeps(gen):
     x = torch.randn(2, 3, 6, generator=gen, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w: norms._RMSNormFunction.apply(x, w, 1e-3)[0],
                                     (x, module.weight))
-    kept = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+    with ck.SavedTensorLog(exclude=module.parameters()) as fused:
         module(x * 1.0)  # x * 1.0: the norm's input is not a leaf
-    weight = module.weight.data_ptr()
-    shapes = sorted(tuple(t.shape) for t in kept if t.data_ptr() != weight)
-    assert shapes == [(2, 3, 1), (2, 3, 6)]  # 1/rms and x/rms: not x itself
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
-        kept.clear()
+    assert sorted(t.shape for t in fused.tensors) == [(2, 3, 1), (2, 3, 6)]  # 1/rms, x/rms: not x
+    with ck.SavedTensorLog(exclude=module.parameters()) as explicit:
         module(x * 1.0, fused=False)
-    wide = {t.data_ptr() for t in kept if tuple(t.shape) == (2, 3, 6)}
+    wide = [t for t in explicit.tensors if t.shape == (2, 3, 6)]  # one per storage
     assert len(wide) == 2  # autograd keeps x as well as x/rms
 
 
