@@ -34,6 +34,15 @@ pair meet the same stretch of the machine), with a bootstrap 95 % interval that 
 uncertain the run's noise leaves the ratio. Other processes still add noise; the load average is
 printed before and after, and a run on a busy machine should be repeated when it is quiet.
 
+The heap is pinned first (glibc only; ``--no-pin-heap`` skips it). By default glibc hands large
+freed blocks back to the kernel, and how much it keeps depends on the largest block freed so far,
+so the same training step page-faults its activations in afresh on one occasion and reuses warm
+memory on another: in one process, run first, Hugging Face's Llama step took 3,000 minor page
+faults a step and course_lib's 1,800, while after the block and generation benchmarks neither took
+any. That history, not the model, moved the ratio by several percent. Pinning the thresholds
+(``mallopt``: blocks up to 32 MiB come from the heap, which is never trimmed) gives every step warm
+memory whatever ran before it; the training section prints the page faults per step that remain.
+
 Targets (issue 6): fast path at least as fast as Hugging Face (ratio ≥ 1.0); fast path ≥ 85 % of
 the matmul FLOP/s; explicit path within 1.5× of the fast path; preallocated cache ≥ 6× faster
 than no cache, with identical tokens. Issue 12: training tokens per second at least Hugging Face's,
@@ -44,9 +53,11 @@ that explain a miss.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import random
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -119,6 +130,29 @@ def paired_ratio(theirs: list[float], ours: list[float], resamples: int = 2000) 
     draw = random.Random(1)
     medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def pin_heap() -> bool:
+    """Stop glibc from returning freed memory to the kernel between steps (see the module
+    docstring): blocks up to 32 MiB (``M_MMAP_THRESHOLD``, glibc's largest) come from the heap, and
+    the heap is trimmed only beyond 1 GiB of free space at its top (``M_TRIM_THRESHOLD``). Setting
+    either also switches off glibc's history-dependent adjustment of both. False where the C
+    library is not glibc; nothing is changed then."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's <malloc.h>
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+def page_faults_per_call(fn: Callable[[], object], calls: int = 5) -> float:
+    """Minor page faults (memory the kernel had to map and zero) per call of ``fn``."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
 
 
 def time_shares(fn: Callable[[], object], calls: int = 3) -> dict[str, float]:
@@ -263,6 +297,14 @@ def bench_generation(rounds: int, with_hf: bool) -> dict:
 
 # --- 3. a training step against Hugging Face --------------------------------------------------------
 
+DIFFERENCES = {  # what differs between the two steps of a pair, beside Python overhead
+    "gpt2": "Both run PyTorch's kernels for LayerNorm, GELU and attention; course_lib projects q, k and "
+            "v with three products where GPT2LMHeadModel uses one and concatenates their gradients.",
+    "modern": "The products, SiLU and the attention kernel are the same; course_lib's RMSNorm and RoPE "
+              "have hand-written backward passes where Llama's modules leave theirs to autograd.",
+}
+
+
 def _hf_training_models():
     """Hugging Face's GPT-2 and Llama at the shapes of course_lib's two chapter-12 models."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -315,9 +357,10 @@ def bench_training(rounds: int) -> dict:
     ratios = {kind: paired_ratio(samples[f"{kind}, Hugging Face"], samples[f"{kind}, course_lib"])
               for kind in ("gpt2", "modern")}
     shares = {name: time_shares(fn) for name, fn in steps.items()}
+    faults = {name: page_faults_per_call(fn) for name, fn in steps.items()}
     tokens = TRAIN_BATCH * TRAIN_T
     return dict(seconds=seconds, rate={n: tokens / t for n, t in seconds.items()}, params=counts, shares=shares,
-                ratios=ratios, rounds=rounds)
+                faults=faults, ratios=ratios, rounds=rounds)
 
 
 # --- report --------------------------------------------------------------------------------------------
@@ -328,13 +371,17 @@ def main() -> None:
                         help="torch threads (default: one per core)")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds for the block")
     parser.add_argument("--quick", action="store_true", help="fewer rounds; no Hugging Face generation")
+    parser.add_argument("--no-pin-heap", dest="pin_heap", action="store_false",
+                        help="leave glibc's malloc thresholds alone (see the module docstring)")
     args = parser.parse_args()
+    pinned = pin_heap() if args.pin_heap else False
     torch.set_num_threads(args.threads)
     rounds = 5 if args.quick else args.rounds
 
     load_before = os.getloadavg()[0]
     print(f"torch {torch.__version__} · {platform.machine()} · {os.cpu_count()} cores · "
-          f"{torch.get_num_threads()} threads · load average {load_before:.2f}")
+          f"{torch.get_num_threads()} threads · load average {load_before:.2f} · heap "
+          f"{'pinned' if pinned else 'not pinned'}")
 
     block = bench_block(rounds)
     peak = block["peak"]
@@ -382,12 +429,13 @@ def main() -> None:
     print(f"\ntraining step (forward, loss, backward, clip, AdamW): V={TRAIN['vocab_size']}, "
           f"d_model={TRAIN['d_model']}, {TRAIN['n_layers']} layers, {TRAIN['n_heads']} heads, "
           f"B={TRAIN_BATCH}, T={TRAIN_T}, float32")
-    print(f"  {'':30}{'parameters':>11}{'ms/step':>9}{'tokens/s':>10}   time in matmul / attention / rest")
+    print(f"  {'':30}{'parameters':>11}{'ms/step':>9}{'tokens/s':>10}{'faults/step':>13}   "
+          f"time in matmul / attention / rest")
     for name in rate:
         sh = train["shares"][name]
-        print(f"  {name:30}{train['params'][name]:11,}{1e3 * train['seconds'][name]:9.1f}{rate[name]:10,.0f}   "
-              f"{100 * sh['matrix products']:.0f} / {100 * sh['attention kernel']:.0f} / "
-              f"{100 * sh['everything else']:.0f} %")
+        print(f"  {name:30}{train['params'][name]:11,}{1e3 * train['seconds'][name]:9.1f}{rate[name]:10,.0f}"
+              f"{train['faults'][name]:13,.0f}   {100 * sh['matrix products']:.0f} / "
+              f"{100 * sh['attention kernel']:.0f} / {100 * sh['everything else']:.0f} %")
     gpt2_ratio, *gpt2_interval = train["ratios"]["gpt2"]  # (median, low, high)
     modern_ratio, *modern_interval = train["ratios"]["modern"]
     paired = f"median of {train['rounds']} paired rounds, 95 % interval"
@@ -459,10 +507,8 @@ def main() -> None:
                 f"parameter count, optimiser and loop. Matrix products take "
                 f"{100 * ours_sh['matrix products']:.0f} % of course_lib's time and "
                 f"{100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest is elementwise work "
-                f"(norms, positions, activations, their backward passes) and Python overhead, where the two "
-                f"implementations differ (on this path course_lib's LayerNorm and activations call PyTorch's "
-                f"kernels, its RMSNorm is explicit math, as LlamaRMSNorm is, and RoPE's backward pass is "
-                f"written by hand). "
+                f"(norms, positions, activations, their backward passes) and Python overhead. "
+                + DIFFERENCES[kind] + " "
                 + (f"The interval {low:.3f}–{high:.3f} contains 1: this run does not tell the two apart. "
                    if high >= 1 else "")
                 + f"On a busy machine (load average {load_before:.1f} here) rerun when it is quiet.")
