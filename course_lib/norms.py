@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._autograd import apply_function
+
 __all__ = [
     "layer_norm",
     "rms_norm",
@@ -259,7 +261,7 @@ class RMSNorm(nn.Module):
         # without gradients to compute, rms_norm gives the same numbers at less cost
         wanted = x.requires_grad or self.weight.requires_grad
         if fused and wanted and torch.is_grad_enabled():
-            return _RMSNormFunction.apply(x, self.weight, self.eps)[0]  # (..., D)
+            return apply_function(_RMSNormFunction, x, self.weight, self.eps)[0]  # (..., D)
         return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
