@@ -1,6 +1,6 @@
 """Benchmark course_lib's decoder block and KV cache on this machine, against Hugging Face.
 
-    python benchmarks/benchmark.py            # a few minutes on a 2-core CPU
+    python benchmarks/benchmark.py            # about a minute on a 2-core CPU
     python benchmarks/benchmark.py --quick    # fewer repeats, no Hugging Face generation
 
 Every number comes from this run, on this machine:
@@ -388,6 +388,7 @@ def main() -> None:
     gen = bench_generation(1 if args.quick else 5, with_hf=not args.quick)
     train = bench_training(10 if args.quick else 40)
     load_after = os.getloadavg()[0]
+    busy = load_before > 0.5 * os.cpu_count()  # after the run, the load includes this run itself
 
     s, shares = block["seconds"], block["shares"]
     hf_ratio = s["hf"] / s["fast"]
@@ -509,14 +510,12 @@ def main() -> None:
                 f"{100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest is elementwise work "
                 f"(norms, positions, activations, their backward passes) and Python overhead. "
                 + DIFFERENCES[kind] + " "
-                + (f"The interval {low:.3f}–{high:.3f} contains 1: this run does not tell the two apart. "
-                   if high >= 1 else "")
-                + f"On a busy machine (load average {load_before:.1f} here) rerun when it is quiet.")
+                + (f"The interval {low:.3f}–{high:.3f} contains 1: this run does not tell the two apart."
+                   if high >= 1 else f"The interval {low:.3f}–{high:.3f} lies below 1."))
     if notes:
         print("\nwhy targets were missed:")
         for note in notes:
             print(f"  - {note}")
-    busy = load_before > 0.5 * os.cpu_count()  # after the run, the load includes this run itself
     print(f"\nload average (1 min): {load_before:.2f} before the run, {load_after:.2f} after it "
           f"(which includes the benchmark's own {torch.get_num_threads()} threads), "
           f"{os.cpu_count()} cores" + (" — the machine was busy: rerun when it is quiet" if busy else ""))
