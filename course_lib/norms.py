@@ -261,8 +261,9 @@ class RMSNorm(nn.Module):
         # without gradients to compute, rms_norm gives the same numbers at less cost
         wanted = x.requires_grad or self.weight.requires_grad
         if fused and wanted and torch.is_grad_enabled():
-            # _RMSNormFunction.apply(x, weight, eps) without apply's per-call Python wrapper
-            return apply_function(_RMSNormFunction, x, self.weight, self.eps)[0]  # (..., D)
+            # _RMSNormFunction.apply(x, weight, eps) minus apply's Python wrapper
+            y, _, _ = apply_function(_RMSNormFunction, x, self.weight, self.eps)
+            return y  # (..., D)
         return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:

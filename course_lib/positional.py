@@ -268,7 +268,7 @@ def apply_rope(
             f"{pairs_shape}: use (T, D_h/2), or (B, 1, T, D_h/2) for x (B, H, T, D_h)")
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
                                     or sin.requires_grad):
-        # _RopeFunction.apply(x, cos, sin, pairing) without apply's per-call Python wrapper
+        # _RopeFunction.apply(x, cos, sin, pairing) minus apply's Python wrapper
         return apply_function(_RopeFunction, x, cos, sin, pairing).type_as(x)  # (..., T, D_h)
     return _turn_pairs(x, cos, sin, pairing).type_as(x)  # (..., T, D_h)
 
