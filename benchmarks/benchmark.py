@@ -175,6 +175,19 @@ def time_shares(fn: Callable[[], object], calls: int = 3) -> dict[str, float]:
 
 # --- 1. the block against Hugging Face --------------------------------------------------------------
 
+def _hf_block_state(block: TransformerBlock) -> dict[str, torch.Tensor]:
+    """A block's weights under the names of Hugging Face's LlamaDecoderLayer: ``w_qkv``'s
+    blocks of rows are q_proj, k_proj and v_proj."""
+    w_q, w_k, w_v = block.attn.w_qkv.weight.split(block.attn.qkv_sizes)  # stacked by rows
+    weights = {"input_layernorm": block.attn_norm, "post_attention_layernorm": block.ffn_norm,
+               "self_attn.o_proj": block.attn.w_o, "mlp.gate_proj": block.ffn.w_gate,
+               "mlp.up_proj": block.ffn.w_up, "mlp.down_proj": block.ffn.w_down}
+    state = {f"{name}.weight": module.weight for name, module in weights.items()}
+    state.update({"self_attn.q_proj.weight": w_q, "self_attn.k_proj.weight": w_k,
+                  "self_attn.v_proj.weight": w_v})
+    return {name: w.detach() for name, w in state.items()}
+
+
 def hf_layer_like(block: TransformerBlock, config: ModelConfig):
     """A Hugging Face LlamaDecoderLayer (sdpa) holding the block's weights, and its RoPE module."""
     from transformers import LlamaConfig
@@ -188,13 +201,7 @@ def hf_layer_like(block: TransformerBlock, config: ModelConfig):
     )
     hf_config._attn_implementation = "sdpa"
     layer = LlamaDecoderLayer(hf_config, layer_idx=0).eval()
-    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-             "self_attn.q_proj": "attn.w_q", "self_attn.k_proj": "attn.w_k",
-             "self_attn.v_proj": "attn.w_v", "self_attn.o_proj": "attn.w_o",
-             "mlp.gate_proj": "ffn.w_gate", "mlp.up_proj": "ffn.w_up", "mlp.down_proj": "ffn.w_down"}
-    ours = block.state_dict()
-    layer.load_state_dict({f"{hf}.weight": ours[f"{name}.weight"] for hf, name in names.items()},
-                          strict=True)
+    layer.load_state_dict(_hf_block_state(block), strict=True)
     return layer, LlamaRotaryEmbedding(hf_config)
 
 
@@ -212,10 +219,9 @@ def bench_block(rounds: int) -> dict:
     hf_layer, hf_rope = hf_layer_like(block, config)
     hf_cos_sin = hf_rope(x, positions[None])  # (1, T, D_h) each: Hugging Face's own tables
 
-    # the block's seven weight products alone, on inputs of their shapes: what this machine's
+    # the block's five weight products alone, on inputs of their shapes: what this machine's
     # BLAS delivers for exactly these matrices
-    linears = [block.attn.w_q, block.attn.w_k, block.attn.w_v, block.attn.w_o,
-               block.ffn.w_gate, block.ffn.w_up, block.ffn.w_down]
+    linears = [block.attn.w_qkv, block.attn.w_o, block.ffn.w_gate, block.ffn.w_up, block.ffn.w_down]
     inputs = [torch.randn(BLOCK_T, m.in_features, generator=gen) for m in linears]
     product_flops = sum(2 * BLOCK_T * m.in_features * m.out_features for m in linears)
 
@@ -252,13 +258,7 @@ def _hf_state(model: DecoderLM) -> dict[str, torch.Tensor]:
     state = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight,
              "lm_head.weight": model.lm_head.weight}
     for i, block in enumerate(model.blocks):
-        p = f"model.layers.{i}."
-        state[p + "input_layernorm.weight"] = block.attn_norm.weight
-        state[p + "post_attention_layernorm.weight"] = block.ffn_norm.weight
-        for n in "qkvo":
-            state[p + f"self_attn.{n}_proj.weight"] = getattr(block.attn, f"w_{n}").weight
-        for n in ("gate", "up", "down"):
-            state[p + f"mlp.{n}_proj.weight"] = getattr(block.ffn, f"w_{n}").weight
+        state.update({f"model.layers.{i}.{name}": w for name, w in _hf_block_state(block).items()})
     return {k: v.detach() for k, v in state.items()}
 
 
@@ -298,10 +298,12 @@ def bench_generation(rounds: int, with_hf: bool) -> dict:
 # --- 3. a training step against Hugging Face --------------------------------------------------------
 
 DIFFERENCES = {  # what differs between the two steps of a pair, beside Python overhead
-    "gpt2": "Both run PyTorch's kernels for LayerNorm, GELU and attention; course_lib projects q, k and "
-            "v with three products where GPT2LMHeadModel uses one and concatenates their gradients.",
-    "modern": "The products, SiLU and the attention kernel are the same; course_lib's RMSNorm and RoPE "
-              "have hand-written backward passes where Llama's modules leave theirs to autograd.",
+    "gpt2": "Both run PyTorch's kernels for LayerNorm, GELU and attention, and both project q, k and v "
+            "with one product; GPT2LMHeadModel stores that matrix transposed (Conv1D) and runs dropout "
+            "modules at p = 0.",
+    "modern": "SiLU and the attention kernel are the same; course_lib projects q, k and v with one product "
+              "where Llama uses three, and its RMSNorm and RoPE have hand-written backward passes where "
+              "Llama's modules leave theirs to autograd.",
 }
 
 
@@ -413,7 +415,7 @@ def main() -> None:
               f"{100 * sh['attention kernel']:.0f} / {100 * sh['everything else']:.0f} %")
     print(f"  outputs agree to {block['max_gap']:.1e}")
     product_rate = block["product_rate"]
-    print(f"  the block's seven weight products alone: {product_rate / 1e9:.1f} GFLOP/s "
+    print(f"  the block's five weight products alone: {product_rate / 1e9:.1f} GFLOP/s "
           f"({100 * product_rate / peak:.0f} % of the 2048³ rate); the fast path reaches "
           f"{100 * block['flops'] / s['fast'] / product_rate:.0f} % of that")
 
@@ -464,9 +466,9 @@ def main() -> None:
     notes = []
     if hf_ratio < TARGET_HF_RATIO:
         notes.append(
-            f"fast path vs Hugging Face: both run the same seven matrix products and the same fused "
-            f"attention kernel (with enable_gqa); they differ only in the small elementwise work "
-            f"(RoPE, norms) and Python overhead, {100 * shares['fast']['everything else']:.0f} % and "
+            f"fast path vs Hugging Face: both run the same matrix products (course_lib's q, k and v "
+            f"as one) and the same fused attention kernel (with enable_gqa); they differ only in the "
+            f"small elementwise work (RoPE, norms) and Python overhead, {100 * shares['fast']['everything else']:.0f} % and "
             f"{100 * shares['hf']['everything else']:.0f} % of the time here. A ratio within a few "
             f"percent of 1 is within run-to-run noise: rerun on a quiet machine.")
     if fraction < TARGET_MATMUL_FRACTION:

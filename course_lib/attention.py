@@ -379,11 +379,16 @@ class GroupedQueryAttention(nn.Module):
         q_h = x W_q,h     k_g = x W_k,g     v_g = x W_v,g     (h < H, g < H_kv)
         out = concat_h( softmax(q_h k_{h // n_rep}ᵀ / √D_h, causal) v_{h // n_rep} ) W_o
 
-    ``w_q`` (D → H·D_h), ``w_k`` and ``w_v`` (D → H_kv·D_h) and ``w_o`` (H·D_h → D)
-    are ``nn.Linear`` layers shaped like Hugging Face Llama's q_proj, k_proj, v_proj and
-    o_proj. ``head_dim`` defaults to D / H. Given RoPE tables ``cos``, ``sin`` from
-    :func:`course_lib.positional.rope_cos_sin`, q and k are rotated after the
-    projections, with the half-split pairing of Hugging Face checkpoints. No dropout.
+    ``w_qkv`` (D → (H + 2·H_kv)·D_h) holds the three input projections stacked by rows:
+    the H·D_h rows of W_q, then the H_kv·D_h rows of W_k and those of W_v
+    (:attr:`qkv_sizes`). One product computes q, k and v together, as GPT-2's ``c_attn``
+    and ``nn.MultiheadAttention``'s ``in_proj_weight`` do: the same arithmetic as three
+    products, in one wider matrix product, and one gradient for x in the backward pass
+    instead of three to add up. ``w_qkv.weight.split(qkv_sizes)`` gives W_q, W_k and W_v
+    (views), shaped like Hugging Face Llama's q_proj, k_proj and v_proj. ``w_o``
+    (H·D_h → D) is o_proj. ``head_dim`` defaults to D / H. Given RoPE tables ``cos``,
+    ``sin`` from :func:`course_lib.positional.rope_cos_sin`, q and k are rotated after
+    the projection, with the half-split pairing of Hugging Face checkpoints. No dropout.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int,
@@ -409,10 +414,18 @@ class GroupedQueryAttention(nn.Module):
         self.d_model, self.head_dim = d_model, head_dim
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
-        self.w_q = nn.Linear(d_model, n_heads * head_dim, bias=bias)
-        self.w_k = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
-        self.w_v = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
+        # W_q, W_k, W_v stacked by rows: D → H·D_h + H_kv·D_h + H_kv·D_h
+        qkv_width = (n_heads + 2 * n_kv_heads) * head_dim
+        self.w_qkv = nn.Linear(d_model, qkv_width, bias=bias)
         self.w_o = nn.Linear(n_heads * head_dim, d_model, bias=bias)
+
+    @property
+    def qkv_sizes(self) -> tuple[int, int, int]:
+        """(H·D_h, H_kv·D_h, H_kv·D_h): the rows of W_q, W_k and W_v in ``w_qkv``,
+        and the features of q, k and v in its output."""
+        q_width = self.n_heads * self.head_dim  # H·D_h
+        kv_width = self.n_kv_heads * self.head_dim  # H_kv·D_h
+        return q_width, kv_width, kv_width
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, "
@@ -432,12 +445,19 @@ class GroupedQueryAttention(nn.Module):
             raise ValueError("give both cos and sin (RoPE tables) or neither")
         B, T, _ = x.shape
         H, H_kv, D_h = self.n_heads, self.n_kv_heads, self.head_dim
-        q = self.w_q(x).view(B, T, H, D_h).transpose(1, 2)  # (B, H, T, D_h)
-        k = self.w_k(x).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
-        v = self.w_v(x).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        # one product; q, k and v lie side by side in its last dimension
+        qkv = self.w_qkv(x)  # (B, T, H·D_h + 2·H_kv·D_h)
+        q, k, v = qkv.split(self.qkv_sizes, dim=-1)  # (B, T, H·D_h | H_kv·D_h)
+        q = q.view(B, T, H, D_h).transpose(1, 2)  # (B, H, T, D_h)
+        k = k.view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        v = v.view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
         if cos is not None:
-            q = apply_rope(q, cos, sin, pairing="half")  # (B, H, T, D_h), rotated
-            k = apply_rope(k, cos, sin, pairing="half")  # (B, H_kv, T, D_h), rotated
+            q = apply_rope(q, cos, sin, pairing="half")  # (B, H, T, D_h): a new tensor
+            k = apply_rope(k, cos, sin, pairing="half")  # (B, H_kv, T, D_h): a new one
+            if v.requires_grad:
+                # attention keeps v for its backward pass; as a view of qkv, v would
+                # keep q's and k's unrotated features alive too: keep a copy instead
+                v = v.clone(memory_format=torch.contiguous_format)  # (B, H_kv, T, D_h)
         return q, k, v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

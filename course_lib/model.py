@@ -200,18 +200,29 @@ class DecoderLM(nn.Module):
         ``MistralForCausalLM`` (any size, GQA or not, tied or untied) and load its
         weights strictly: every tensor of the Hugging Face model lands in exactly one
         parameter here, and every parameter is filled. The result computes the same
-        logits (same dtype and device as the source). Nothing is copied: the parameters
-        are the Hugging Face model's own tensors (``load_state_dict(assign=True)``), so
-        changing one model's weights changes the other's."""
+        logits (same dtype and device as the source). Each layer's q_proj, k_proj and
+        v_proj are stacked by rows into one ``attn.w_qkv`` (a copy, the size of those
+        three); every other parameter is the Hugging Face model's own tensor
+        (``load_state_dict(assign=True)``), so changing it in one model changes it in
+        the other."""
         config = config_from_hf(hf_model.config)
         with torch.device("meta"):
             model = cls(config)
-        state = {}
+        state, qkv = {}, {}
         for name, tensor in hf_model.state_dict().items():
             ours = _hf_name(name)
             if ours is None:
                 raise ValueError(f"unexpected Hugging Face tensor {name!r}: no matching DecoderLM parameter")
-            state[ours] = tensor
+            if isinstance(ours, tuple):  # (stacked parameter, which block of its rows)
+                qkv.setdefault(ours[0], {})[ours[1]] = tensor
+            else:
+                state[ours] = tensor
+        for ours, parts in qkv.items():
+            if sorted(parts) != ["k", "q", "v"]:
+                raise ValueError(f"{ours} needs q_proj, k_proj and v_proj; the Hugging Face model "
+                                 f"has only {sorted(parts)}")
+            # rows: W_q, then W_k, then W_v
+            state[ours] = torch.cat([parts["q"], parts["k"], parts["v"]])
         if config.tie_embeddings:
             state.setdefault("lm_head.weight", state["embed.weight"])
         # strict: nothing missing, nothing left over
@@ -228,7 +239,9 @@ _HF_NAMES = [  # Hugging Face Llama/Mistral name → DecoderLM name
     (r"lm_head\.weight", "lm_head.weight"),
     (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"blocks.\1.attn_norm.weight"),
     (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.ffn_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight", r"blocks.\1.attn.w_\2.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"blocks.\1.attn.w_o.weight"),
+    # q_proj, k_proj, v_proj: blocks of rows of one stacked parameter (see from_hf)
+    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.weight", (r"blocks.\1.attn.w_qkv.weight", r"\2")),
     (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.ffn.w_\2.weight"),
 ]
 
@@ -287,9 +300,12 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     return torch.softmax(z, dim=-1)  # (B, V): normalised over the vocabulary
 
 
-def _hf_name(name: str) -> str | None:
+def _hf_name(name: str) -> str | tuple[str, str] | None:
+    """Our name for a Hugging Face tensor, or (our stacked parameter, "q" | "k" | "v")."""
     for pattern, replacement in _HF_NAMES:
         if re.fullmatch(pattern, name):
+            if isinstance(replacement, tuple):
+                return tuple(re.sub(pattern, part, name) for part in replacement)
             return re.sub(pattern, replacement, name)
     return None
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib import attention as at
-from course_lib.positional import rope_cos_sin
+from course_lib.positional import apply_rope, rope_cos_sin
 
 
 @pytest.fixture
@@ -240,10 +240,11 @@ def test_mha_matches_nn_multihead_attention(bias, gen):
     ours = at.GroupedQueryAttention(D, H, H, bias=bias)
     theirs = nn.MultiheadAttention(D, H, bias=bias, batch_first=True)
     with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+        # the same layout: W_q, W_k, W_v stacked by rows
+        theirs.in_proj_weight.copy_(ours.w_qkv.weight)
         theirs.out_proj.weight.copy_(ours.w_o.weight)
         if bias:
-            theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+            theirs.in_proj_bias.copy_(ours.w_qkv.bias)
             theirs.out_proj.bias.copy_(ours.w_o.bias)
     x = randn(3, T, D, gen=gen)
     causal = at.causal_mask(T)
@@ -269,10 +270,11 @@ def _hf_pair(n_heads, n_kv_heads, implementation, head_dim=None, bias=False):
     torch.manual_seed(0)
     hf = LlamaAttention(config, layer_idx=0).eval()
     ours = at.GroupedQueryAttention(D, n_heads, n_kv_heads, head_dim=head_dim, bias=bias)
-    ours.load_state_dict({
-        name.replace("q_proj", "w_q").replace("k_proj", "w_k").replace("v_proj", "w_v").replace("o_proj", "w_o"):
-        tensor for name, tensor in hf.state_dict().items()
-    })
+    theirs = hf.state_dict()
+    state = {f"w_o.{kind}": theirs[f"o_proj.{kind}"] for kind in ("weight", "bias") if f"o_proj.{kind}" in theirs}
+    for kind in ("weight", "bias") if bias else ("weight",):  # q_proj, k_proj, v_proj stacked by rows
+        state[f"w_qkv.{kind}"] = torch.cat([theirs[f"{n}_proj.{kind}"] for n in "qkv"])
+    ours.load_state_dict(state, strict=True)
     return hf, ours, LlamaRotaryEmbedding(config)
 
 
@@ -313,6 +315,44 @@ def test_matches_hugging_face_with_a_padding_mask(gen):
         torch.testing.assert_close(ours(x, cos, sin, mask=allowed), want)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_product_equals_the_three_projections(bias, gen):
+    """w_qkv holds W_q, W_k and W_v stacked by rows: its one product gives what the three
+    separate products give, per head, before and after RoPE."""
+    attn = at.GroupedQueryAttention(32, 4, 2, bias=bias)
+    B, T, H, H_kv, D_h = 2, 5, 4, 2, 8
+    x = randn(B, T, 32, gen=gen)
+    w_q, w_k, w_v = attn.w_qkv.weight.split(attn.qkv_sizes)  # (H·D_h, D), (H_kv·D_h, D) ×2
+    b_q, b_k, b_v = attn.w_qkv.bias.split(attn.qkv_sizes) if bias else (0, 0, 0)
+    cos, sin = rope_cos_sin(torch.arange(T), D_h)
+    with torch.no_grad():
+        want_q = (x @ w_q.T + b_q).view(B, T, H, D_h).transpose(1, 2)  # (B, H, T, D_h)
+        want_k = (x @ w_k.T + b_k).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        want_v = (x @ w_v.T + b_v).view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        q, k, v = attn.project_qkv(x)
+        for got, want in ((q, want_q), (k, want_k), (v, want_v)):
+            torch.testing.assert_close(got, want)
+        q, k, v = attn.project_qkv(x, cos, sin)
+        torch.testing.assert_close(q, apply_rope(want_q, cos, sin))
+        torch.testing.assert_close(k, apply_rope(want_k, cos, sin))
+        torch.testing.assert_close(v, want_v)
+
+
+@pytest.mark.parametrize("T", [1, 5])  # T = 1: v is already "contiguous", yet a view
+def test_rope_projection_keeps_no_view_of_the_unrotated_features(T, gen):
+    """With RoPE, q and k are rotated copies; v, which attention keeps for its backward pass, is
+    copied too when a gradient is wanted, so that nothing keeps the projection's whole output
+    alive. Without RoPE, q, k and v are views of that output, all three kept, nothing wasted."""
+    attn = at.GroupedQueryAttention(32, 4, 2)
+    x = randn(1, T, 32, gen=gen).requires_grad_()
+    cos, sin = rope_cos_sin(torch.arange(T), 8)
+    q, k, v = attn.project_qkv(x, cos, sin)
+    for t in (q, k, v):
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    q, k, v = attn.project_qkv(x)
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+
+
 def test_attend_with_cached_keys_matches_the_full_forward(gen):
     attn = at.GroupedQueryAttention(32, 4, 2)
     x = randn(2, 8, 32, gen=gen)
@@ -346,7 +386,8 @@ def test_parameter_and_kv_counts():
         attn = at.GroupedQueryAttention(D, H, H_kv)
         n = sum(p.numel() for p in attn.parameters())
         assert n == 2 * D * H * D_h + 2 * D * H_kv * D_h
-        assert attn.w_k.out_features + attn.w_v.out_features == 2 * H_kv * D_h  # KV entries per token
+        assert attn.qkv_sizes == (H * D_h, H_kv * D_h, H_kv * D_h)
+        assert attn.w_qkv.out_features == sum(attn.qkv_sizes)
     assert sum(p.numel() for p in at.GroupedQueryAttention(D, H, H).parameters()) == 4 * D * D
     with torch.device("meta"):
         llama2_70b = at.GroupedQueryAttention(8192, 64, 8)
@@ -357,7 +398,7 @@ def test_parameter_and_kv_counts():
 
 def test_head_dim_can_differ_from_d_model_over_n_heads(gen):
     attn = at.GroupedQueryAttention(32, 4, 2, head_dim=12)
-    assert attn.w_q.out_features == 48 and attn.w_o.in_features == 48
+    assert attn.qkv_sizes == (48, 24, 24) and attn.w_o.in_features == 48
     assert attn(randn(2, 5, 32, gen=gen)).shape == (2, 5, 32)
 
 

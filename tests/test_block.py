@@ -52,9 +52,6 @@ LLAMA_CASES = {
 HF_TO_OURS = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn.w_q.weight",
-    "self_attn.k_proj.weight": "attn.w_k.weight",
-    "self_attn.v_proj.weight": "attn.w_v.weight",
     "self_attn.o_proj.weight": "attn.w_o.weight",
     "mlp.gate_proj.weight": "ffn.w_gate.weight",
     "mlp.up_proj.weight": "ffn.w_up.weight",
@@ -79,7 +76,10 @@ def llama_layer_and_block(case: str, attn: str):
                        n_heads=hf_config.num_attention_heads, n_kv_heads=hf_config.num_key_value_heads,
                        head_dim=hf_config.head_dim, d_ff=88, rope_theta=theta, norm_eps=1e-5)
     block = TransformerBlock(ours).eval()
-    state = {HF_TO_OURS[name]: tensor for name, tensor in layer.state_dict().items()}
+    theirs = layer.state_dict()
+    projections = [theirs.pop(f"self_attn.{n}_proj.weight") for n in "qkv"]
+    state = {HF_TO_OURS[name]: tensor for name, tensor in theirs.items()}
+    state["attn.w_qkv.weight"] = torch.cat(projections)  # q_proj, k_proj, v_proj stacked by rows
     block.load_state_dict(state, strict=True)  # every tensor has exactly one home
     return layer, rotary, block, ours
 
@@ -123,11 +123,8 @@ def test_matches_torch_transformer_encoder_layer(placement, ffn):
                  positional="none", bias=True)
     block = TransformerBlock(cfg).eval()
     with torch.no_grad():
-        for ours, w, b in zip((block.attn.w_q, block.attn.w_k, block.attn.w_v),
-                              reference.self_attn.in_proj_weight.chunk(3),
-                              reference.self_attn.in_proj_bias.chunk(3)):
-            ours.weight.copy_(w)
-            ours.bias.copy_(b)
+        block.attn.w_qkv.weight.copy_(reference.self_attn.in_proj_weight)  # both: W_q, W_k, W_v by rows
+        block.attn.w_qkv.bias.copy_(reference.self_attn.in_proj_bias)
         pairs = [(block.attn.w_o, reference.self_attn.out_proj), (block.ffn.w_up, reference.linear1),
                  (block.ffn.w_down, reference.linear2), (block.attn_norm, reference.norm1),
                  (block.ffn_norm, reference.norm2)]

@@ -48,7 +48,7 @@ def identity_saved_bytes(fn, args, exclude=()):
 def gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff):
     B, T, D, H, F_ = batch, seq_len, d_model, n_heads, d_ff
     layer_norm = 4 * (2 * B * T * D + B * T + B * T * D)  # x − μ twice, 1/σ, x̂
-    qkv_input = 4 * B * T * D  # the first norm's output, read by w_q, w_k, w_v
+    qkv_input = 4 * B * T * D  # the first norm's output, read by w_qkv
     core = 4 * (3 * B * T * D + 2 * B * H * T * T) + 2 * T * T
     w_o = 4 * B * T * D
     ffn = 4 * (B * T * D + 2 * B * T * F_)  # the second norm's output, GELU's input and output

@@ -80,6 +80,25 @@ def test_from_hf_is_strict_and_ties_weights():
         DecoderLM.from_hf(hf)
 
 
+def test_from_hf_stacks_q_k_v_and_shares_every_other_tensor():
+    """Every Hugging Face tensor lands in one place: q_proj, k_proj and v_proj as the three blocks
+    of rows of a layer's w_qkv (a copy), everything else as the very same tensor."""
+    kind, kwargs = HF_CASES["llama-gqa"]
+    hf = hf_model(kind, **kwargs)
+    ours = DecoderLM.from_hf(hf)
+    theirs = hf.state_dict()
+    ours_by_address = {t.data_ptr(): name for name, t in ours.state_dict().items()}
+    for name, tensor in theirs.items():
+        if name.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
+            continue
+        assert ours_by_address.get(tensor.data_ptr()) is not None, name
+    for i, block in enumerate(ours.blocks):
+        w_q, w_k, w_v = block.attn.w_qkv.weight.split(block.attn.qkv_sizes)
+        for part, want in zip((w_q, w_k, w_v), "qkv"):
+            assert torch.equal(part, theirs[f"model.layers.{i}.self_attn.{want}_proj.weight"])
+    assert len(theirs) == len(list(ours.parameters())) + 2 * len(ours.blocks)  # 3 tensors → 1 per layer
+
+
 def test_init_std_sets_the_initial_scale_and_comes_from_initializer_range():
     """config.init_std is σ of gpt2_init_: σ for the matrices (the tied table included) and
     σ/√(2N) for the residual output projections; Hugging Face calls it initializer_range."""
@@ -89,7 +108,7 @@ def test_init_std_sets_the_initial_scale_and_comes_from_initializer_range():
         torch.manual_seed(0)
         model = DecoderLM(base.replace(init_std=std))
         assert model.embed.weight.std().item() == pytest.approx(std, rel=0.03)
-        assert model.blocks[1].attn.w_q.weight.std().item() == pytest.approx(std, rel=0.03)
+        assert model.blocks[1].attn.w_qkv.weight.std().item() == pytest.approx(std, rel=0.03)
         assert model.blocks[1].ffn.w_down.weight.std().item() == pytest.approx(std / 2, rel=0.03)
     assert base.init_std == 0.02
     kind, kwargs = HF_CASES["llama-mqa-tied"]

@@ -63,9 +63,9 @@ def test_weight_decay_on_matrices_only():
     kept = {names[id(p)] for p in no_decay["params"]}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(n.endswith("weight") and "norm" not in n for n in decayed)
-    assert {"embed.weight", "pos_embed.weight", "blocks.0.attn.w_q.weight"} <= decayed
+    assert {"embed.weight", "pos_embed.weight", "blocks.0.attn.w_qkv.weight"} <= decayed
     assert all(n.endswith("bias") or "norm" in n for n in kept)
-    assert {"blocks.0.attn_norm.weight", "blocks.0.attn_norm.bias", "blocks.0.attn.w_q.bias", "norm.weight"} <= kept
+    assert {"blocks.0.attn_norm.weight", "blocks.0.attn_norm.bias", "blocks.0.attn.w_qkv.bias", "norm.weight"} <= kept
     n_params = sum(p.numel() for p in decay["params"] + no_decay["params"])
     assert n_params == sum(p.numel() for p in model.parameters())  # every parameter once (tied table once)
 

@@ -134,8 +134,8 @@ def _gqa_reference(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads):
     module = ref.GroupedQueryAttention(x.shape[-1], n_heads, n_kv_heads, head_dim=head_dim)
     module = module.to(device=x.device, dtype=x.dtype)
     with torch.no_grad():
-        for linear, weight in ((module.w_q, w_q), (module.w_k, w_k), (module.w_v, w_v), (module.w_o, w_o)):
-            linear.weight.copy_(weight)
+        module.w_qkv.weight.copy_(torch.cat([w_q, w_k, w_v]))  # rows: W_q, W_k, W_v
+        module.w_o.weight.copy_(w_o)
         return module(x, implementation="reference")
 
 
