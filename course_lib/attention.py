@@ -445,12 +445,12 @@ class GroupedQueryAttention(nn.Module):
             raise ValueError("give both cos and sin (RoPE tables) or neither")
         B, T, _ = x.shape
         H, H_kv, D_h = self.n_heads, self.n_kv_heads, self.head_dim
-        # one product; q, k and v lie side by side in its last dimension
-        qkv = self.w_qkv(x)  # (B, T, H·D_h + 2·H_kv·D_h)
-        q, k, v = qkv.split(self.qkv_sizes, dim=-1)  # (B, T, H·D_h | H_kv·D_h)
-        q = q.view(B, T, H, D_h).transpose(1, 2)  # (B, H, T, D_h)
-        k = k.view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
-        v = v.view(B, T, H_kv, D_h).transpose(1, 2)  # (B, H_kv, T, D_h)
+        # one product: the H query heads, then the H_kv key heads and H_kv value heads
+        qkv = self.w_qkv(x).view(B, T, H + 2 * H_kv, D_h)  # (B, T, H + 2·H_kv, D_h)
+        q, k, v = qkv.split((H, H_kv, H_kv), dim=2)  # (B, T, H | H_kv, D_h)
+        q = q.transpose(1, 2)  # (B, H, T, D_h)
+        k = k.transpose(1, 2)  # (B, H_kv, T, D_h)
+        v = v.transpose(1, 2)  # (B, H_kv, T, D_h)
         if cos is not None:
             q = apply_rope(q, cos, sin, pairing="half")  # (B, H, T, D_h): a new tensor
             k = apply_rope(k, cos, sin, pairing="half")  # (B, H_kv, T, D_h): a new one

@@ -281,19 +281,20 @@ def _pair_views(t: torch.Tensor, pairing: str) -> tuple[torch.Tensor, torch.Tens
     return t[..., 0::2], t[..., 1::2]  # pair i = t[2i], t[2i + 1]
 
 
-def _turn_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                pairing: str) -> torch.Tensor:
+def _turn_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str,
+                memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
     """Every pair (a, b) of x turned by its angle: (a cos − b sin, a sin + b cos).
 
     Each turned coordinate is written straight to its place in one new tensor (no
-    concatenation), in the promoted dtype of x and the tables. Not recorded by autograd:
-    :class:`_RopeFunction` differentiates it. Turning back by −θ is the same call with
-    −sin.
+    concatenation), in the promoted dtype of x and the tables, laid out as
+    ``memory_format`` says (``torch.preserve_format``: as x, when x is dense). Not
+    recorded by autograd: :class:`_RopeFunction` differentiates it. Turning back by −θ
+    is the same call with −sin.
     """
     a, b = _pair_views(x, pairing)  # (..., T, D_h/2) each
     try:
         dtype = torch.promote_types(x.dtype, cos.dtype)
-        out = torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
+        out = torch.empty_like(x, dtype=dtype, memory_format=memory_format)
         new_a, new_b = _pair_views(out, pairing)  # (..., T, D_h/2) each: views of out,
         # which has x's shape (..., T, D_h)
         torch.mul(a, cos, out=new_a).sub_(b * sin)  # a cos − b sin
@@ -341,7 +342,11 @@ class _RopeFunction(torch.autograd.Function):
         cos, sin, x = ctx.saved_tensors
         grad_x = grad_cos = grad_sin = None
         if ctx.needs_input_grad[0]:
-            grad_x = _turn_pairs(grad, cos, -sin, ctx.pairing).to(ctx.x_dtype)  # by −θ
+            # turned back by −θ, laid out as the incoming gradient (attention's backward
+            # writes it (B, T, H, D_h) in memory), so that q's and k's gradients meet v's
+            # in one layout where the projection's backward gathers them
+            grad_x = _turn_pairs(grad, cos, -sin, ctx.pairing, torch.preserve_format)
+            grad_x = grad_x.to(ctx.x_dtype)
         if x is not None:
             g_a, g_b = _pair_views(grad, ctx.pairing)  # (..., T, D_h/2) each
             a, b = _pair_views(x, ctx.pairing)  # (..., T, D_h/2) each

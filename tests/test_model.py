@@ -78,6 +78,10 @@ def test_from_hf_is_strict_and_ties_weights():
     hf.register_buffer("extra", torch.zeros(1))  # a tensor DecoderLM has no place for
     with pytest.raises(ValueError, match="unexpected Hugging Face tensor 'extra'"):
         DecoderLM.from_hf(hf)
+    hf = hf_model("llama", hidden_size=64, num_attention_heads=4)
+    del hf.model.layers[0].self_attn.v_proj  # w_qkv's last rows would stay empty
+    with pytest.raises(ValueError, match=r"blocks\.0\.attn\.w_qkv\.weight needs q_proj, k_proj and v_proj"):
+        DecoderLM.from_hf(hf)
 
 
 def test_from_hf_stacks_q_k_v_and_shares_every_other_tensor():

@@ -211,6 +211,21 @@ def test_backward_keeps_only_the_tables(gen):
 
 
 @pytest.mark.parametrize("pairing", pe.PAIRINGS)
+def test_backward_lays_the_gradient_out_as_it_came(pairing, gen):
+    """Attention's backward hands RoPE a gradient laid out (B, T, H, D_h) in memory; the
+    turned-back gradient keeps that layout (and the values of the explicit rotation)."""
+    x = torch.randn(2, 3, 5, 8, generator=gen, requires_grad=True)  # (B, H, T, D_h)
+    cos, sin = pe.rope_cos_sin(5, 8)
+    grad = torch.randn(2, 5, 3, 8, generator=gen).transpose(1, 2)  # (B, H, T, D_h), as SDPA's
+    seen = []
+    inner = x * 1.0  # not a leaf: its gradient is RoPE's, as RoPE returns it
+    inner.register_hook(seen.append)
+    pe.apply_rope(inner, cos, sin, pairing).backward(grad)
+    assert seen[0].stride() == grad.stride()
+    torch.testing.assert_close(seen[0], pe.apply_rope(grad.contiguous(), cos, -sin, pairing))
+
+
+@pytest.mark.parametrize("pairing", pe.PAIRINGS)
 def test_plain_tensors_take_the_path_without_concatenation(pairing, gen, monkeypatch):
     x = torch.randn(2, 3, 5, 8, generator=gen, requires_grad=True)
     cos, sin = pe.rope_cos_sin(5, 8)
