@@ -21,10 +21,11 @@ Every number comes from this run, on this machine:
    cache, all from the same weights. The tokens must be identical.
 
 4. A full training step (forward, cross-entropy loss, backward, gradient clipping, AdamW) of the
-   models chapter 12 trains (V=65, d_model=128, 4 layers, 4 heads, context 128, batch 16, tied
-   embeddings, no dropout): course_lib's GPT-2 variant against Hugging Face's ``GPT2LMHeadModel``, and
-   course_lib's modern block against ``LlamaForCausalLM``, each pair at equal configuration and
-   parameter count, built locally with random weights (nothing downloaded), same optimiser and loop.
+   nanoGPT recipe's model size (V=65, d_model=128, 4 layers, 4 heads, tied embeddings, no
+   dropout), at context 128 and batch 16: course_lib's GPT-2 variant against Hugging Face's
+   ``GPT2LMHeadModel``, and course_lib's modern block against ``LlamaForCausalLM``, each pair at
+   equal configuration and parameter count, built locally with random weights (nothing
+   downloaded), same optimiser and loop.
 
 Timing: every candidate is warmed up, then the candidates of a comparison run in turn, in a new
 random order each round, several rounds, and each keeps its median, so that a change in the
@@ -80,7 +81,7 @@ DECODE = dict(vocab_size=256, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, 
               max_seq_len=512)
 PROMPT, NEW_TOKENS = 8, 256
 
-TRAIN = dict(vocab_size=65, d_model=128, n_layers=4, n_heads=4)  # chapter 12's models
+TRAIN = dict(vocab_size=65, d_model=128, n_layers=4, n_heads=4)  # the nanoGPT recipe's size
 TRAIN_BATCH, TRAIN_T = 16, 128
 GPT2_VARIANT = dict(d_ff=512, norm="layer", ffn="gelu", positional="learned", bias=True)
 MODERN_D_FF = 344  # SwiGLU: 3 · 128 · 344 ≈ 2 · 128 · 512 + 512 + 128 weights, as many as the GPT-2 FFN
