@@ -415,8 +415,7 @@ class GroupedQueryAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
         # W_q, W_k, W_v stacked by rows: D → H·D_h + H_kv·D_h + H_kv·D_h
-        qkv_width = (n_heads + 2 * n_kv_heads) * head_dim
-        self.w_qkv = nn.Linear(d_model, qkv_width, bias=bias)
+        self.w_qkv = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)
         self.w_o = nn.Linear(n_heads * head_dim, d_model, bias=bias)
 
     @property
