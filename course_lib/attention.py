@@ -18,6 +18,11 @@ Conventions
 * ``scale`` defaults to 1/√D_h.
 * ``implementation="reference"`` runs the explicit math; ``"sdpa"`` runs
   ``F.scaled_dot_product_attention``. They agree to rounding (tests/test_attention.py).
+* Dropout on the attention weights (``dropout_p``; Srivastava et al., 2014) zeroes each
+  weight with probability p after the softmax and scales the others by 1/(1 − p), as
+  ``F.scaled_dot_product_attention(dropout_p=p)`` does; on the CPU, from the same random
+  state, both implementations zero the same weights. The functions drop whenever p > 0;
+  :class:`GroupedQueryAttention` passes its p in training mode only.
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ def _check_int(value, name: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} ({value}) must be at least {minimum}")
     return value
+
+
+def _check_dropout(p, name: str) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(p).__name__}")
+    if not 0 <= p < 1:
+        raise ValueError(f"{name} ({p}) must be in [0, 1): the probability of zeroing a "
+                         f"weight (1 would zero every one)")
+    return float(p)
 
 
 def _check_implementation(implementation: str) -> str:
@@ -217,6 +231,7 @@ def attention_reference(
     return_weights: bool = False,
     *,
     scale: float | None = None,
+    dropout_p: float = 0.0,
 ):
     """Attention(Q, K, V) = softmax(Q Kᵀ / √D_h, masked) V  (Vaswani et al., 2017).
 
@@ -225,8 +240,13 @@ def attention_reference(
     (..., T, D_v) and, with ``return_weights=True``, the weights (..., T, S): each row a
     distribution over the keys (all zeros, like its output, for a query with no allowed
     key). The softmax runs in at least float32.
+
+    ``dropout_p`` = p > 0 drops weights (training): W ← W ⊙ M / (1 − p), each entry of
+    M ~ Bernoulli(1 − p), between the softmax and the product with V; the weights
+    returned are those V was multiplied by, whose rows sum to 1 only on average.
     """
     _check_qkv(q, k, v)
+    dropout_p = _check_dropout(dropout_p, "dropout_p")
     if mask is not None:
         _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -237,6 +257,8 @@ def attention_reference(
     weights = torch.softmax(scores.to(dtype), dim=-1)  # (..., T, S): over the keys
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)  # an all-−inf row is NaN: make it 0
+    if dropout_p > 0:  # zero weights with probability p, scale the rest by 1/(1 − p)
+        weights = F.dropout(weights, p=dropout_p)  # (..., T, S)
     weights = weights.to(v.dtype)
     out = weights @ v  # (..., T, D_v): weighted averages of the values
     return (out, weights) if return_weights else out
@@ -306,6 +328,7 @@ def attention(
     scale: float | None = None,
     implementation: str = "sdpa",
     enable_gqa: bool = False,
+    dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Scaled dot-product attention, either implementation: ``"sdpa"`` calls PyTorch's
     fused ``F.scaled_dot_product_attention``, ``"reference"`` :func:`attention_reference`.
@@ -318,8 +341,13 @@ def attention(
     ``enable_gqa=True`` takes k and v with H_kv heads for q's H (grouped-query attention),
     query head h reading kv head h // (H / H_kv): the reference expands them with
     :func:`repeat_kv`; the fused kernel groups the heads itself, without that copy.
+
+    ``dropout_p`` = p > 0 zeroes each attention weight with probability p after the
+    softmax, scaling the others by 1/(1 − p): pass it in training only (the function
+    drops whenever p > 0, like ``F.scaled_dot_product_attention``).
     """
     _check_implementation(implementation)
+    dropout_p = _check_dropout(dropout_p, "dropout_p")
     if enable_gqa:
         n_rep = _check_grouped(q, k, v)
         if implementation == "reference":
@@ -340,11 +368,12 @@ def attention(
         else:
             mask = causal_mask(n_queries, n_keys, device=q.device)  # (T, S), offset S − T
     if implementation == "reference":
-        return attention_reference(q, k, v, mask, scale=scale)
+        return attention_reference(q, k, v, mask, scale=scale, dropout_p=dropout_p)
     if mask is not None:
         _check_mask(mask, (*q.shape[:-1], n_keys))
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
+        enable_gqa=enable_gqa,
     )
 
 
@@ -388,11 +417,14 @@ class GroupedQueryAttention(nn.Module):
     (views), shaped like Hugging Face Llama's q_proj, k_proj and v_proj. ``w_o``
     (H·D_h → D) is o_proj. ``head_dim`` defaults to D / H. Given RoPE tables ``cos``,
     ``sin`` from :func:`course_lib.positional.rope_cos_sin`, q and k are rotated after
-    the projection, with the half-split pairing of Hugging Face checkpoints. No dropout.
+    the projection, with the half-split pairing of Hugging Face checkpoints. ``dropout``
+    p: in training mode each attention weight is zeroed with probability p after the
+    softmax (the others scaled by 1/(1 − p)); in eval mode, or with p = 0 (the default),
+    none is.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int,
-                 head_dim: int | None = None, bias: bool = False):
+                 head_dim: int | None = None, bias: bool = False, dropout: float = 0.0):
         super().__init__()
         d_model = _check_int(d_model, "d_model", 1)
         n_heads = _check_int(n_heads, "n_heads", 1)
@@ -414,6 +446,7 @@ class GroupedQueryAttention(nn.Module):
         self.d_model, self.head_dim = d_model, head_dim
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
+        self.dropout = _check_dropout(dropout, "dropout")  # on the weights, in training
         # W_q, W_k, W_v stacked by rows: D → H·D_h + H_kv·D_h + H_kv·D_h
         self.w_qkv = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)
         self.w_o = nn.Linear(n_heads * head_dim, d_model, bias=bias)
@@ -427,8 +460,9 @@ class GroupedQueryAttention(nn.Module):
         return q_width, kv_width, kv_width
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, "
+        text = (f"d_model={self.d_model}, n_heads={self.n_heads}, "
                 f"n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}")
+        return text + (f", dropout={self.dropout}" if self.dropout else "")
 
     def project_qkv(self, x: torch.Tensor, cos: torch.Tensor | None = None,
                     sin: torch.Tensor | None = None):
@@ -466,7 +500,8 @@ class GroupedQueryAttention(nn.Module):
 
         ``mask=None`` is causal, the T queries sitting at the last T of the S positions
         (S > T when the keys come from a cache); a bool ``mask`` (True = may attend,
-        broadcastable to (B, H, T, S)) is used exactly as given.
+        broadcastable to (B, H, T, S)) is used exactly as given. In training mode the
+        weights are dropped with probability ``dropout``; in eval mode never.
         """
         _check_implementation(implementation)
         H, H_kv, D_h = self.n_heads, self.n_kv_heads, self.head_dim
@@ -487,9 +522,11 @@ class GroupedQueryAttention(nn.Module):
             v = repeat_kv(v, self.n_rep)  # (B, H, S, D_h)
         # "sdpa": the kernel does the same grouping itself (enable_gqa) without copying
         # K and V to H heads, a copy of the whole KV cache at every decoding step
+        p = self.dropout if self.training else 0.0  # dropout: in training only
         out = attention(q, k, v, mask, causal=mask is None,  # no mask: causal
                         implementation=implementation,
-                        enable_gqa=implementation == "sdpa")  # (B, H, T, D_h)
+                        enable_gqa=implementation == "sdpa",
+                        dropout_p=p)  # (B, H, T, D_h)
         out = out.transpose(1, 2).reshape(B, T, H * D_h)  # (B, T, H·D_h): concat heads
         return self.w_o(out)  # (B, T, D)
 

@@ -15,11 +15,19 @@ The variants the course compares come from a :class:`~course_lib.config.ModelCon
 ``norm`` (rms|layer), ``placement`` (pre|post), ``ffn`` (swiglu|gelu|relu). Positions
 enter through the RoPE tables ``cos``/``sin`` the model passes in
 (``positional="rope"``); other schemes act on the embeddings.
+
+Dropout (``config.dropout`` = p; Srivastava et al., 2014), in training mode only, as in
+GPT-2 and the original Transformer: each branch's output is dropped before it joins the
+stream, ``h = x + Dropout(Attention(Norm₁(x)))``, and attention drops its weights after
+the softmax. Each element is zeroed with probability p and the others scaled by
+1/(1 − p). In eval mode, or with p = 0 (the default), the block is what it is without
+dropout, operation for operation.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import GroupedQueryAttention
@@ -46,7 +54,8 @@ class TransformerBlock(nn.Module):
     ``cos`` and ``sin`` are required when ``config.positional == "rope"`` and refused
     otherwise. With a KV cache (``cache`` and ``layer``), the new keys and values are
     stored and the queries attend to every cached position before them; the cache's
-    length says where the new tokens start.
+    length says where the new tokens start. ``config.dropout`` = p > 0 drops the
+    branches' outputs (and attention's weights) in training mode (see the module).
     """
 
     def __init__(self, config: ModelConfig):
@@ -57,15 +66,25 @@ class TransformerBlock(nn.Module):
         self.placement = config.placement
         self.d_model = config.d_model
         self.uses_rope = config.positional == "rope"  # other schemes act on embeddings
+        self.dropout = float(config.dropout)  # p for the branches' outputs, in training
         self.attn_norm = build_norm(config)
         self.attn = GroupedQueryAttention(
             config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim,
-            bias=config.bias)
+            bias=config.bias, dropout=config.dropout)
         self.ffn_norm = build_norm(config)
         self.ffn = build_ffn(config.ffn, config.d_model, config.d_ff, bias=config.bias)
 
     def extra_repr(self) -> str:
-        return f"placement={self.placement!r}, rope={self.uses_rope}"
+        text = f"placement={self.placement!r}, rope={self.uses_rope}"
+        return text + (f", dropout={self.dropout}" if self.dropout else "")
+
+    def drop_branch(self, out: torch.Tensor) -> torch.Tensor:
+        """Residual dropout on a branch's output before it joins the stream: in training
+        mode each element is zeroed with probability p, the others scaled by 1/(1 − p);
+        otherwise (eval mode, or p = 0) ``out`` itself, no operation at all."""
+        if self.dropout and self.training:
+            return F.dropout(out, p=self.dropout)  # (B, T, D)
+        return out
 
     def attention(self, x: torch.Tensor, cos=None, sin=None, *, mask=None, cache=None,
                   layer: int | None = None,
@@ -90,12 +109,14 @@ class TransformerBlock(nn.Module):
         _check_inputs(self, x, cos, sin)
         kw = dict(mask=mask, cache=cache, layer=layer, implementation=implementation)
         path = implementation  # fused or explicit norms too (see apply_norm)
+        drop = self.drop_branch  # residual dropout (training only)
         if self.placement == "pre":
             a = apply_norm(self.attn_norm, x, path)  # (B, T, D): what attention reads
-            h = x + self.attention(a, cos, sin, **kw)  # (B, T, D)
-            return h + self.ffn(apply_norm(self.ffn_norm, h, path))  # (B, T, D)
-        h = apply_norm(self.attn_norm, x + self.attention(x, cos, sin, **kw), path)
-        return apply_norm(self.ffn_norm, h + self.ffn(h), path)  # (B, T, D)
+            h = x + drop(self.attention(a, cos, sin, **kw))  # (B, T, D)
+            return h + drop(self.ffn(apply_norm(self.ffn_norm, h, path)))  # (B, T, D)
+        h = x + drop(self.attention(x, cos, sin, **kw))  # (B, T, D)
+        h = apply_norm(self.attn_norm, h, path)  # (B, T, D)
+        return apply_norm(self.ffn_norm, h + drop(self.ffn(h)), path)  # (B, T, D)
 
 
 def apply_norm(norm: nn.Module, x: torch.Tensor, implementation: str) -> torch.Tensor:

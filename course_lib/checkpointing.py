@@ -15,7 +15,8 @@ Conventions
 * Parameters (and anything else passed as ``exclude``) are not counted: they are in
   memory whether or not anything is saved.
 * The formulas (:func:`block_saved_breakdown`) describe ``course_lib``'s pre-norm block
-  — RMSNorm, grouped-query attention with RoPE, SwiGLU, no biases, no dropout — in
+  — RMSNorm, grouped-query attention with RoPE, SwiGLU, no biases, no dropout (the
+  default ``ModelConfig.dropout = 0``; with p > 0 each dropout also keeps a mask) — in
   **float32** (4 bytes per element; bool masks 1 byte). Shape letters: B batch, T
   sequence length, D model width, H query heads, H_kv key/value heads, D_h head width,
   F = d_ff.

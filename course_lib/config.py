@@ -36,6 +36,16 @@ class ModelConfig:
     The defaults describe the modern pre-norm block: RMSNorm, RoPE, SwiGLU, no biases. The variants
     the course compares are selected by ``norm``, ``placement``, ``ffn`` and ``positional``; ``bias``
     adds biases to every linear layer and LayerNorm (as in GPT-2 and GPT-3).
+
+    ``dropout`` p is the probability of zeroing an activation during training, the survivors
+    scaled by 1/(1 − p) so that every expectation is unchanged (inverted dropout; Srivastava et
+    al., 2014). As in GPT-2 and nanoGPT it acts in three places: the attention weights (after the
+    softmax), the output of each residual branch (attention and FFN) before it is added to the
+    stream, and the input of the first block (token embeddings plus any absolute positions). It
+    acts only in training mode (``model.train()``): in eval mode, and in ``generate``, the model
+    is deterministic and computes exactly what the same weights compute with p = 0. The default,
+    0, is the modern recipe (Llama and Mistral train without dropout) and adds no operation at all.
+    Dropout has no parameters: the counts of ``counting`` do not depend on it.
     """
 
     vocab_size: int
@@ -56,6 +66,7 @@ class ModelConfig:
     bias: bool = False
     sliding_window: int | None = None  # Mistral: a query sees at most this many positions (itself included)
     init_std: float = 0.02  # σ of the initial weights (init.gpt2_init_): GPT-2's; 1/√D suits small D
+    dropout: float = 0.0  # p: probability of zeroing, in training mode only (see above); 0 = none
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -88,6 +99,11 @@ class ModelConfig:
             raise TypeError(f"init_std must be a number, got {type(self.init_std).__name__}")
         if not (self.init_std > 0 and math.isfinite(self.init_std)):
             raise ValueError(f"init_std ({self.init_std}) must be positive and finite")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise TypeError(f"dropout must be a number, got {type(self.dropout).__name__}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout ({self.dropout}) must be in [0, 1): the probability of "
+                             f"zeroing an activation (1 would zero every one)")
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")

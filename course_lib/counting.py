@@ -13,6 +13,11 @@ Conventions
 * Elementwise work is left out: the norms, RoPE and the residual adds touch O(T·D) numbers, and
   SwiGLU's SiLU and gating product O(T·F) — a few FLOPs per number, against the O(T·D·F) of the
   FFN's matrix products (chapter 8 measures the share: well under 1 %).
+* Dropout (``config.dropout``) has no parameters and changes no count here. Its masks are
+  activations, which :func:`training_bytes` leaves out: in training with p > 0, autograd keeps
+  what backward needs to replay each mask (on the CPU a float mask the size of the dropped
+  tensor; CUDA's dropout a bool one; a fused attention kernel may keep only its random state),
+  which chapter 11's count of saved tensors, made for the block without dropout, leaves out too.
 """
 
 from __future__ import annotations

@@ -7,13 +7,20 @@ Llama and Mistral checkpoints into it.
 The logits at position t score the token at position t + 1: softmax over the last dimension gives the
 next-token distribution (``next_token_probs`` reads it at each sequence's last position). ``generate``
 decodes greedily or samples (temperature, top-k, top-p: ``sampling``), with or without a KV cache.
+
+Dropout (``config.dropout`` = p > 0) acts in training mode only, where GPT-2 and nanoGPT put it:
+on the block input (embeddings plus absolute positions), on attention's weights and on each
+residual branch's output. ``generate`` always runs in eval mode: it never drops anything.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -36,7 +43,9 @@ class DecoderLM(nn.Module):
     ends normalised and has none); ``lm_head``, D → V, sharing ``embed``'s table when
     ``tie_embeddings``. Weights start as in GPT-2: N(0, σ²) with σ = ``config.init_std`` (0.02
     by default) for the token table, learned positions and every linear layer, σ/√(2N) for the
-    residual output projections (``init.gpt2_init_``).
+    residual output projections (``init.gpt2_init_``). With ``config.dropout`` = p > 0, training
+    mode drops the blocks' input, attention's weights and each branch's output (probability p,
+    survivors scaled by 1/(1 − p)); eval mode never does.
     """
 
     def __init__(self, config: ModelConfig):
@@ -79,7 +88,8 @@ class DecoderLM(nn.Module):
         instead: they take positions ``cache.length … cache.length + T − 1``, attend to
         every cached position, and are stored (the cache advances by T).
         ``implementation``: ``"sdpa"`` (fused kernels) or ``"reference"`` (explicit
-        math), for every attention layer and every LayerNorm.
+        math), for every attention layer and every LayerNorm. In training mode, dropout
+        (``config.dropout`` > 0) acts on the blocks' input and inside the blocks.
         """
         c = self.config
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
@@ -106,6 +116,8 @@ class DecoderLM(nn.Module):
         elif c.positional == "sinusoidal":
             x = x + sinusoidal_encoding(positions, c.d_model, dtype=x.dtype,
                                         device=ids.device)  # (T, D)
+        if c.dropout and self.training:  # embedding dropout, as in GPT-2: training only
+            x = F.dropout(x, p=c.dropout)  # (B, T, D)
         # masks follow the token order (as in Hugging Face):
         # query slot i sees key slots j ≤ i
         mask = self._sliding_window_mask(slots, start + T)  # None: plain causal attention
@@ -159,11 +171,14 @@ class DecoderLM(nn.Module):
         max_seq_len tokens, exactly what the uncached step computes — so past the window
         a step costs a full window's forward pass, cached or not, and both give the same
         tokens.
+
+        Generation runs in eval mode, so no dropout ever applies; a model in training
+        mode is put back in it afterwards, each module as it was.
         """
         _check_generate_args(max_new_tokens, cache, temperature, top_k, top_p)
         window = self.config.max_seq_len
-        # no autograd bookkeeping at all: cheaper decoding steps
-        with torch.inference_mode():
+        # no autograd bookkeeping at all: cheaper decoding steps; eval mode: no dropout
+        with torch.inference_mode(), _eval_mode(self):
             kv = None
             if use_cache:
                 if cache == "concat":
@@ -204,7 +219,8 @@ class DecoderLM(nn.Module):
         v_proj are stacked by rows into one ``attn.w_qkv`` (a copy, the size of those
         three); every other parameter is the Hugging Face model's own tensor
         (``load_state_dict(assign=True)``), so changing it in one model changes it in
-        the other."""
+        the other. The model comes back in eval mode, with ``dropout`` 0 (see
+        :func:`config_from_hf`)."""
         config = config_from_hf(hf_model.config)
         with torch.device("meta"):
             model = cls(config)
@@ -244,6 +260,19 @@ _HF_NAMES = [  # Hugging Face Llama/Mistral name → DecoderLM name
     (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.weight", (r"blocks.\1.attn.w_qkv.weight", r"\2")),
     (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.ffn.w_\2.weight"),
 ]
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (no dropout) inside the block; afterwards every submodule gets
+    back its own mode (``model.train(was_training)`` would overwrite submodules' own modes)."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def _check_generate_args(max_new_tokens, cache, temperature, top_k, top_p) -> None:
@@ -329,7 +358,10 @@ def _hf_rope(hf_config) -> dict:
 def config_from_hf(hf_config) -> ModelConfig:
     """The ModelConfig of a Hugging Face ``LlamaConfig`` or ``MistralConfig``, refusing features
     DecoderLM does not implement (biases, rope scaling, other activations) rather than ignoring them.
-    Works with transformers 4.x (``rope_theta``, ``rope_scaling``) and 5.x (``rope_parameters``)."""
+    Works with transformers 4.x (``rope_theta``, ``rope_scaling``) and 5.x (``rope_parameters``).
+    ``attention_dropout`` is not mapped: ``dropout`` stays 0, because Hugging Face's drops only the
+    attention weights where ours also drops the embeddings and the residual branches (GPT-2's
+    three places). Neither acts in eval mode, so the logits are the same whatever its value."""
     model_type = getattr(hf_config, "model_type", None)
     if model_type not in ("llama", "mistral"):
         raise ValueError(f"from_hf loads Llama or Mistral models, got model_type {model_type!r}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -27,6 +26,7 @@ import time
 
 import torch
 
+from ._io import write_json
 from .data import CorpusError, load_char_data
 from .device import get_device
 from .training import PRESETS, CheckpointError, Trainer, build_model, get_preset
@@ -112,21 +112,6 @@ def _prepare_out(out: str, resume: bool) -> str:
     return out
 
 
-def _write_json(data: dict, path: str) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def run(args: argparse.Namespace) -> dict:
     """Train as ``args`` say; return the log written to log.json."""
     model_config, train_config = get_preset(args.preset)
@@ -174,7 +159,7 @@ def run(args: argparse.Namespace) -> dict:
     def on_eval(t: Trainer, record: dict) -> None:
         t.save(checkpoint)
         log["evaluations"] = t.history
-        _write_json(log, os.path.join(out, LOG))
+        write_json(log, os.path.join(out, LOG), allow_nan=True)
         if not progress:
             print(f"step {record['step']}: val loss {record['val_loss']:.4f} nats/char, "
                   f"{record['elapsed_seconds']:.1f} s", flush=True)
@@ -182,7 +167,7 @@ def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     trainer.train(on_eval=on_eval)
     log["evaluations"] = trainer.history
-    _write_json(log, os.path.join(out, LOG))
+    write_json(log, os.path.join(out, LOG), allow_nan=True)
     last = trainer.history[-1]
     print(f"done: step {last['step']}, validation loss {last['val_loss']:.4f} nats/char "
           f"({last['val_bits_per_char']:.3f} bits/char, perplexity {math.exp(last['val_loss']):.2f}), "

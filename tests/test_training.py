@@ -251,7 +251,7 @@ def test_a_crash_while_saving_keeps_the_good_checkpoint(corpus, tmp_path, monkey
         f.write(b"half a checkpoint")
         raise OSError("disk full")
 
-    monkeypatch.setattr(training.torch, "save", crash)
+    monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(OSError, match="disk full"):
         t.save(path)
     monkeypatch.undo()

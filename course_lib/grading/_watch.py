@@ -122,10 +122,10 @@ class Forbid:
     """What one task's solution may not use.
 
     ``operations``: names from :data:`OPERATIONS`. ``modules``: every function and method defined in
-    these modules (the course's references for the task's concept). ``functions``: more Python
-    functions, each with the name a message uses. ``autograd``: derivatives by automatic
-    differentiation. ``models``: building an ``nn.Module``, tensors on the meta device, saved-tensor
-    hooks or FLOP counters (for tasks that count by formula).
+    these modules, a package's submodules included (the course's references for the task's concept).
+    ``functions``: more Python functions, each with the name a message uses. ``autograd``: derivatives
+    by automatic differentiation. ``models``: building an ``nn.Module``, tensors on the meta device,
+    saved-tensor hooks or FLOP counters (for tasks that count by formula).
     """
 
     operations: tuple[str, ...] = ()
@@ -165,22 +165,39 @@ def _code_objects(obj, seen: set[int]) -> Iterable[types.CodeType]:
         yield code
 
 
-def _module_members(module: types.ModuleType) -> list[tuple[object, str]]:
-    """The functions and classes a module defines (not the ones it imports), with their public names."""
+def _package_parts(module: types.ModuleType) -> list[types.ModuleType]:
+    """The module itself and, for a package (``course_lib.training``), its imported submodules, nested
+    ones included, in order of name."""
+    parts = [module]
+    if hasattr(module, "__path__"):
+        prefix = module.__name__ + "."
+        subs = {v.__name__: v for v in vars(module).values()
+                if isinstance(v, types.ModuleType) and v.__name__.startswith(prefix)}
+        for name in sorted(subs):
+            parts += _package_parts(subs[name])
+    return parts
+
+
+def _module_members(module: types.ModuleType) -> list[tuple[object, str, str | None]]:
+    """The functions and classes a module defines (not the ones it imports), with their public names and
+    the file that defines them. A package counts as one module: its submodules' members are named as
+    the package's (``course_lib.training.lr_at``, defined in ``course_lib/training/schedule.py``)."""
     members = []
-    for name, value in vars(module).items():
-        if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", None) == module.__name__:
-            members.append((value, f"{module.__name__}.{name}"))
+    for part in _package_parts(module):
+        filename = getattr(part, "__file__", None)
+        for name, value in vars(part).items():
+            defined_here = getattr(value, "__module__", None) == part.__name__
+            if (inspect.isfunction(value) or inspect.isclass(value)) and defined_here:
+                members.append((value, f"{module.__name__}.{name}", filename))
     return members
 
 
 def _module_codes(module: types.ModuleType, seen: set[int]) -> list[tuple[types.CodeType, str]]:
-    """The code objects of a module's own functions and methods: only those whose source is the module's
-    file, so that a shared decorator's wrapper or a generic inherited method (an Enum's __new__) defined
-    elsewhere is not mistaken for the module's work."""
-    filename = getattr(module, "__file__", None)
+    """The code objects of a module's own functions and methods: only those whose source is the file that
+    defines them, so that a shared decorator's wrapper or a generic inherited method (an Enum's __new__)
+    defined elsewhere is not mistaken for the module's work."""
     found = []
-    for obj, name in _module_members(module):
+    for obj, name, filename in _module_members(module):
         for code in _code_objects(obj, seen):
             if filename is None or code.co_filename == filename:
                 found.append((code, name))

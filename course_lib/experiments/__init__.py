@@ -1,0 +1,22 @@
+"""Experiments that hold: named grids of training runs × seeds, run in parallel, resumable, with
+provenance, summarized as means with 95 % intervals and compared at equal steps and at equal
+wall-clock time.
+
+    python -m course_lib.experiments NAME --out book/data/experiments
+
+* :mod:`.grid` — :class:`Grid`, :class:`Row`, :class:`Probe`: what a grid is.
+* :mod:`.grids` — :data:`GRIDS`, the course's named grids, defined in one place.
+* :mod:`.run` — one run in a worker: train, evaluate, probe, record.
+* :mod:`.runner` — :func:`run_grid`: the parallel, resumable runner and :func:`summarize_grid`.
+* :mod:`.stats` — mean, spread, Student's t interval, paired differences.
+* :mod:`.provenance` — commit, torch, threads, CPU, date, command.
+"""
+
+from .grid import Grid, Probe, Row
+from .grids import GRIDS, get_grid
+from .run import run_one
+from .runner import load_records, record_path, run_grid, summarize_grid
+from .stats import interpolate_at, paired_difference, summarize, t_quantile
+
+__all__ = ["Grid", "Row", "Probe", "GRIDS", "get_grid", "run_one", "run_grid", "summarize_grid",
+           "load_records", "record_path", "summarize", "paired_difference", "interpolate_at", "t_quantile"]

@@ -1,0 +1,79 @@
+"""The course's named grids, defined in one place: ``python -m course_lib.experiments NAME`` runs
+one, chapter 12 reads their committed results from ``book/data/experiments/NAME/``.
+
+All train the character model on Tiny Shakespeare (V = 65) with AdamW, warmup and cosine decay, and
+clip the gradient's norm at 1.0, as chapter 12's main run does, at sizes a 2-core CPU trains in
+about a minute a run on one thread. Every model starts from σ = 1/√D (chapter 12, "How large the
+first weights should be"), so that no comparison is one of initial scales. The whole set
+regenerates in under an hour on 2 cores.
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig
+from ..training import TrainConfig
+from .grid import Grid, Probe, Row
+
+__all__ = ["GRIDS", "get_grid"]
+
+V = 65  # Tiny Shakespeare's characters
+
+# The modern block at width 64: 4 blocks, 2 heads of width 32, SwiGLU at 8/3·D rounded to 172.
+MODERN = ModelConfig(vocab_size=V, d_model=64, n_layers=4, n_heads=2, d_ff=172, max_seq_len=128,
+                     tie_embeddings=True, init_std=64 ** -0.5)
+# GPT-2's block at (almost) the same parameter count: LayerNorm with biases, GELU, learned positions;
+# d_ff 240 instead of 4·D = 256 pays for the biases and the position table (1 % apart).
+GPT2 = MODERN.replace(norm="layer", ffn="gelu", positional="learned", bias=True, d_ff=240)
+RUN = TrainConfig(batch_size=12, context=128, steps=1000, lr=3e-3, min_lr=3e-4, warmup_steps=50,
+                  weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, eval_interval=100,
+                  eval_batch_size=64, eval_at_start=True)
+
+# Depth makes the placement of the norm matter: 8 blocks.
+DEEP = MODERN.replace(n_layers=8)
+DEEP_RUN = RUN.replace(lr=6e-3, min_lr=6e-4, warmup_steps=100)
+
+# Positions: train on windows of 64, evaluate on windows of 256 (max_seq_len 256 for every model, so
+# that the learned table has rows there too — rows that training never reached).
+POS = MODERN.replace(max_seq_len=256)
+POS_RUN = RUN.replace(context=64, batch_size=24)
+
+SWEEP_RUN = RUN.replace(steps=400, eval_interval=100)
+
+# Overfitting: a wider model on the first 100,000 characters only, for ~18 passes over them.
+OVERFIT = MODERN.replace(d_model=96, n_heads=3, d_ff=256, init_std=96 ** -0.5)
+OVERFIT_RUN = RUN.replace(steps=1200, eval_interval=100)
+OVERFIT_CHARS = 100_000
+
+GRIDS: dict[str, Grid] = {grid.name: grid for grid in (
+    Grid("arch", "the modern block against GPT-2's at equal parameters and equal steps",
+         rows=(Row("modern", MODERN, RUN), Row("GPT-2", GPT2, RUN)), seeds=(0, 1, 2, 3, 4)),
+    Grid("arch-time", "the modern block against GPT-2's at equal parameters and equal wall-clock time",
+         rows=(Row("modern", MODERN, RUN), Row("GPT-2", GPT2, RUN)), seeds=(0, 1, 2, 3, 4), seconds=40.0),
+    Grid("norm", "pre-norm against post-norm, with and without warmup, 8 blocks",
+         rows=(Row("pre warmup", DEEP, DEEP_RUN),
+               Row("pre no-warmup", DEEP, DEEP_RUN.replace(warmup_steps=0)),
+               Row("post warmup", DEEP.replace(placement="post"), DEEP_RUN),
+               Row("post no-warmup", DEEP.replace(placement="post"), DEEP_RUN.replace(warmup_steps=0))),
+         seeds=(0, 1, 2)),
+    Grid("positions", "RoPE, learned and no positions, trained at 64 characters, read out to 256",
+         rows=(Row("rope", POS, POS_RUN), Row("learned", POS.replace(positional="learned"), POS_RUN),
+               Row("none", POS.replace(positional="none"), POS_RUN)),
+         seeds=(0, 1, 2), probes=(Probe("loss_by_position", (("context", 256), ("windows", 256))),)),
+    Grid("lr-sweep", "peak learning rate from 3e-4 to 1e-1, 400 steps",
+         rows=tuple(Row(f"lr={lr:g}", MODERN, SWEEP_RUN.replace(lr=lr, min_lr=lr / 10))
+                    for lr in (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)),
+         seeds=(0, 1, 2), record_steps=True),
+    Grid("overfit", "a model that overfits 100,000 characters, and two cures: dropout and weight decay",
+         rows=(Row("plain", OVERFIT, OVERFIT_RUN, OVERFIT_CHARS),
+               Row("dropout=0.2", OVERFIT.replace(dropout=0.2), OVERFIT_RUN, OVERFIT_CHARS),
+               Row("weight-decay=1", OVERFIT, OVERFIT_RUN.replace(weight_decay=1.0), OVERFIT_CHARS)),
+         seeds=(0, 1, 2)),
+)}
+
+
+def get_grid(name: str) -> Grid:
+    """The grid called ``name``; an unknown name raises a ValueError listing the known ones."""
+    try:
+        return GRIDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown grid {name!r}; choose one of {sorted(GRIDS)}") from None

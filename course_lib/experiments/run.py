@@ -1,0 +1,126 @@
+"""One run of a grid: train the row's model with one seed and return its record (a JSON-ready dict).
+
+This is what each worker process executes. The record holds the two configs as run, the log of
+every evaluation with the *training* time at each (evaluations excluded, so that rows are compared
+at equal compute time, not equal time spent evaluating), the final validation loss, whether the run
+diverged (a loss that is not finite), optionally every step's loss and gradient norm, the probes'
+results, and the provenance (:mod:`~course_lib.experiments.provenance`).
+
+Deterministic: with the same configs, seed, thread count, torch and CPU, a step-budget run
+reproduces its record's losses exactly. A wall-clock run is not, since its step count comes from a
+timing (:func:`calibrated_steps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+
+import torch
+
+from ..data import CharData, get_batch, load_char_data
+from ..training import TrainConfig, Trainer, build_model, make_optimizer, train_step
+from .grid import Grid, Row
+from .probes import PROBES
+from .provenance import provenance
+
+__all__ = ["run_one", "calibrated_steps", "finite_or_none"]
+
+
+def finite_or_none(value):
+    """JSON has no NaN or infinity: a non-finite float becomes None (nested lists and dicts too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
+def calibrated_steps(row: Row, corpus: CharData, seconds: float, calibration_steps: int = 30) -> int:
+    """How many steps of ``row`` fit in ``seconds`` of training here: ``calibration_steps`` steps of
+    a throwaway copy are timed and the median of the second half (after warm-up) taken as the
+    step's time. The learning-rate schedule is then laid out over that many steps."""
+    model = build_model(row.model, seed=12345)
+    optimizer = make_optimizer(model, row.train)
+    generator = torch.Generator().manual_seed(12345)
+    times = []
+    for _ in range(calibration_steps):
+        x, y = get_batch(corpus.train, row.train.batch_size, row.train.context, generator)
+        tick = time.perf_counter()
+        train_step(model, optimizer, x, y, row.train.lr * 0.1, row.train.grad_clip).item()
+        times.append(time.perf_counter() - tick)
+    step_seconds = statistics.median(times[len(times) // 2:])
+    return max(2, round(seconds / step_seconds))
+
+
+def _training_seconds(history: list[dict], tokens_per_step: int) -> list[float]:
+    """Cumulative training time (evaluations excluded) at each evaluation, from each interval's
+    tokens per second."""
+    out, total, last_tokens = [], 0.0, 0
+    for entry in history:
+        if entry["tokens_per_second"]:
+            total += (entry["tokens"] - last_tokens) / entry["tokens_per_second"]
+        last_tokens = entry["tokens"]
+        out.append(total)
+    return out
+
+
+def run_one(grid: Grid, row: Row, seed: int, command: list[str] | None = None,
+            code: dict | None = None, corpus: CharData | None = None, *,
+            train_config: TrainConfig | None = None, until: int | None = None) -> dict:
+    """Train ``row`` with ``seed`` (on ``grid.threads`` threads) and return its record.
+
+    ``train_config``: run exactly this config instead of the row's (with no calibration) — how a
+    wall-clock run is reproduced from its record. ``until``: stop after this many steps, evaluate,
+    and skip the probes — a prefix of the run, for checking a committed record cheaply (the steps
+    taken are the same as in the whole run: the schedule depends on ``steps``, not on ``until``).
+    The global random generator (dropout's masks) is seeded with ``seed`` and restored after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _run(grid, row, seed, command, code, corpus, train_config, until)
+
+
+def _run(grid, row, seed, command, code, corpus, train_config, until) -> dict:
+    torch.set_num_threads(grid.threads)
+    corpus = corpus or load_char_data()
+    train_data = corpus.train if row.train_chars is None else corpus.train[:row.train_chars]
+    config: TrainConfig = row.train.replace(seed=seed)
+    if train_config is not None:
+        config = train_config
+    elif grid.seconds is not None:
+        steps = calibrated_steps(row, corpus, grid.seconds, grid.calibration_steps)
+        config = config.replace(steps=steps, warmup_steps=min(config.warmup_steps, steps // 2),
+                                eval_interval=min(config.eval_interval, steps))
+    model = build_model(row.model, seed=seed)
+    trainer = Trainer(model, train_data, corpus.val, config, progress=False, vocab=corpus.tokenizer.vocab)
+    trainer.train(until=None if until is None else min(until, config.steps))
+    history = trainer.history
+    final = history[-1]["val_loss"]
+    record = {
+        "grid": grid.name,
+        "row": row.label,
+        "seed": seed,
+        "model_config": dataclasses.asdict(row.model),
+        "train_config": dataclasses.asdict(trainer.config),
+        "train_chars": row.train_chars,
+        "parameters": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
+        "steps": trainer.step,
+        "final_val_loss": final,
+        "diverged": not all(math.isfinite(loss) for loss in trainer.step_losses) or not math.isfinite(final),
+        "train_seconds": _training_seconds(history, trainer.config.tokens_per_step)[-1],
+        "history": [dict(entry, train_seconds=t) for entry, t in
+                    zip(history, _training_seconds(history, trainer.config.tokens_per_step))],
+    }
+    if grid.record_steps:
+        record["step_losses"] = [round(v, 5) if math.isfinite(v) else v for v in trainer.step_losses]
+        record["grad_norms"] = [round(v, 5) if math.isfinite(v) else v for v in trainer.grad_norms]
+    if grid.probes and until is None:
+        model.eval()
+        record["probes"] = {probe.name: PROBES[probe.name](model, corpus, **probe.kwargs)
+                            for probe in grid.probes}
+    record["provenance"] = provenance(command, code=code)
+    return finite_or_none(record)

@@ -1,0 +1,76 @@
+"""Training a language model: AdamW with decoupled weight decay on the matrices, linear warmup then
+cosine decay, gradient clipping, deterministic evaluation over the whole validation split, a progress
+bar, a log of every evaluation, and checkpoints that resume exactly.
+
+One step (:func:`train_step`), for a batch x, y of shape (B, T)::
+
+    loss = mean_{b,t} −ln softmax(model(x)[b, t])[y[b, t]]          (nats per token)
+    g = ∇loss;  g ← g · min(1, c / ‖g‖₂)                             (clip the global norm to c)
+    θ ← AdamW(θ, g, lr_at(step))                                      (Loshchilov & Hutter, 2019)
+
+Losses are in nats per character; divide by ln 2 for bits per character (chapter 1).
+
+Conventions
+-----------
+* Reproducible: the model's initial weights come from ``seed`` (:func:`build_model`), the batches from
+  a CPU ``torch.Generator`` seeded with ``seed + 1`` and owned by the :class:`Trainer`; the same seed
+  gives the same losses, and a checkpoint carries the generator's state, so that a resumed run
+  continues the exact loss trajectory of an uninterrupted one.
+* Checkpoints hold only tensors and plain Python values (configs as dicts), written atomically and
+  read back with ``torch.load(..., weights_only=True)``: loading never runs pickled code.
+* ``tqdm`` is imported when a progress bar is first shown, so ``import course_lib`` needs only torch,
+  NumPy and matplotlib.
+* Smoke runs: when the environment variable ``COURSE_LIB_MAX_STEPS`` is set to N, every run
+  (:class:`Trainer`, :func:`train_on_batches`) is shortened to at most N steps, its warmup and
+  evaluation interval shrunk to fit (:func:`smoke_capped`). The test suite sets it to check that
+  chapter 12 runs in a Colab-like environment without training for minutes; a real run never sets it.
+
+Modules
+-------
+One concept per file, everything imported from here (``from course_lib.training import Trainer``):
+
+* ``run_config`` — :class:`TrainConfig`, the run's hyperparameters, validated.
+* ``schedule`` — :func:`lr_at`, warmup then cosine decay.
+* ``optimizer`` — :func:`param_groups` and :func:`make_optimizer`, AdamW with decay on the matrices.
+* ``step`` — :func:`build_model` (the initial weights) and :func:`train_step` (one step).
+* ``evaluation`` — :func:`evaluate`, :func:`bits_per_char` and :func:`loss_per_position`.
+* ``progress`` — ``progress_bar`` and ``close_progress_bar``.
+* ``loop`` — :func:`smoke_capped`, :func:`train_on_batches` and :class:`Trainer`.
+* ``checkpoints`` — :func:`save_checkpoint`, :func:`load_checkpoint` and :class:`CheckpointError`.
+* ``presets`` — ``PRESETS`` and :func:`get_preset`.
+"""
+
+from __future__ import annotations
+
+from .checkpoints import (CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, model_config_from_dict,
+                          save_checkpoint, train_config_from_dict)
+from .evaluation import LN2, bits_per_char, evaluate, loss_per_position
+from .loop import Trainer, smoke_capped, train_on_batches
+from .optimizer import make_optimizer, param_groups
+from .presets import PRESETS, get_preset
+from .progress import close_progress_bar, progress_bar
+from .run_config import TrainConfig
+from .schedule import lr_at
+from .step import build_model, train_step
+
+__all__ = [
+    "TrainConfig",
+    "CheckpointError",
+    "lr_at",
+    "param_groups",
+    "make_optimizer",
+    "build_model",
+    "train_step",
+    "evaluate",
+    "bits_per_char",
+    "loss_per_position",
+    "train_on_batches",
+    "smoke_capped",
+    "Trainer",
+    "save_checkpoint",
+    "load_checkpoint",
+    "model_config_from_dict",
+    "train_config_from_dict",
+    "PRESETS",
+    "get_preset",
+]

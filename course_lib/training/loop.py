@@ -1,0 +1,281 @@
+"""The training loop, step s = 0, 1, …, steps − 1::
+
+    x, y = next batch                                           (B, T) each
+    train_step(model, optimizer, x, y, lr_at(s), grad_clip)
+
+:class:`Trainer` draws the batches from a corpus with its own generator (seed + 1), evaluates the
+whole validation split as the config says, keeps a log and saves checkpoints that resume exactly;
+:func:`train_on_batches` takes them from any function and does none of that. Both first pass the
+config through :func:`smoke_capped`, which shortens the run when ``COURSE_LIB_MAX_STEPS`` is set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..data import get_batch
+from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from .evaluation import bits_per_char, evaluate
+from .optimizer import make_optimizer
+from .progress import close_progress_bar, progress_bar
+from .run_config import TrainConfig
+from .schedule import lr_at
+from .step import train_step
+
+__all__ = ["smoke_capped", "train_on_batches", "Trainer"]
+
+
+def smoke_capped(config: TrainConfig) -> TrainConfig:
+    """``config`` itself, or — when the environment variable ``COURSE_LIB_MAX_STEPS`` holds a number N
+    smaller than ``config.steps`` — the same run shortened to N steps, with at most N // 2 warmup
+    steps and an evaluation at least every N steps (so that the last step is evaluated)."""
+    value = os.environ.get("COURSE_LIB_MAX_STEPS", "").strip()
+    if not value:
+        return config
+    try:
+        cap = int(value)
+    except ValueError:
+        raise ValueError(f"COURSE_LIB_MAX_STEPS ({value!r}) must be a positive integer") from None
+    if cap < 1:
+        raise ValueError(f"COURSE_LIB_MAX_STEPS ({value!r}) must be a positive integer")
+    if config.steps <= cap:
+        return config
+    return config.replace(steps=cap, warmup_steps=min(config.warmup_steps, cap // 2),
+                          eval_interval=min(config.eval_interval, cap))
+
+
+def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                     config: TrainConfig, *, progress: bool = False) -> list[float]:
+    """Train ``model`` for ``config.steps`` steps on batches ``x, y = next_batch()`` (B, T) — for data
+    that is not a corpus, such as ``data.induction_batch`` — with the same optimiser
+    (:func:`make_optimizer`), schedule (:func:`lr_at`) and step (:func:`train_step`, clipping to
+    ``config.grad_clip``) as :class:`Trainer`. No evaluation, no checkpoints. Returns every step's
+    training loss (nats)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if not callable(next_batch):
+        raise TypeError("next_batch must be a function of no arguments returning (x, y)")
+    c = smoke_capped(config)
+    optimizer = make_optimizer(model, c)
+    model.train()
+    bar = progress_bar(c.steps) if progress else None
+    losses: list[torch.Tensor] = []
+    try:
+        for step in range(c.steps):
+            x, y = next_batch()  # (B, T) each
+            lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
+            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            close_progress_bar(bar)
+    return [loss.item() for loss in losses]
+
+
+class Trainer:
+    """Trains ``model`` on the token ids ``train_data`` and evaluates on ``val_data`` (1-D tensors,
+    kept on the model's device), as ``config`` says.
+
+    ``train()`` runs up to ``config.steps`` (or a given step), showing a progress bar with the loss,
+    bits per character and tokens per second. ``history`` is the log: one record (a dict) per
+    evaluation,
+
+        step               steps done when evaluated
+        train_loss         mean loss of the training batches since the previous evaluation (nats;
+                           None before the first step) — the model changed meanwhile, so it lags
+        val_loss           the mean loss over the whole validation split (:func:`evaluate`), nats
+        val_bits_per_char  val_loss / ln 2
+        lr                 the learning rate of the last step taken
+        tokens             training tokens seen
+        tokens_per_second  training tokens per second of training time since the previous record
+                           (evaluation time excluded)
+        elapsed_seconds    wall-clock seconds since training started, evaluations included
+
+    ``step_losses`` holds every step's training loss and ``grad_norms`` every step's gradient norm
+    before clipping (‖g‖₂ over all parameters). ``save(path)`` writes a checkpoint;
+    :meth:`from_checkpoint` continues it exactly.
+    """
+
+    def __init__(self, model: nn.Module, train_data: torch.Tensor, val_data: torch.Tensor,
+                 config: TrainConfig, *, progress: bool = True, vocab: str | None = None):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        config = smoke_capped(config)
+        model_config = getattr(model, "config", None)
+        if not isinstance(model_config, ModelConfig):
+            raise TypeError("model must be a course_lib DecoderLM (with a ModelConfig in .config)")
+        if config.context > model_config.max_seq_len:
+            raise ValueError(f"context ({config.context}) must not exceed the model's max_seq_len "
+                             f"({model_config.max_seq_len})")
+        self.model, self.config, self.progress, self.vocab = model, config, progress, vocab
+        self.device = next(model.parameters()).device
+        self.train_data = train_data.to(self.device)
+        self.val_data = val_data.to(self.device)
+        for name, split in (("train_data", self.train_data), ("val_data", self.val_data)):
+            if split.numel() and int(split.max()) >= model_config.vocab_size:
+                raise ValueError(f"{name} holds token id {int(split.max())}, outside the model's "
+                                 f"vocabulary (vocab_size {model_config.vocab_size})")
+        self.optimizer = make_optimizer(model, config)
+        self.generator = torch.Generator().manual_seed(config.seed + 1)  # the batches (CPU)
+        self.step = 0
+        self.history: list[dict] = []
+        self.step_losses: list[float] = []
+        self.grad_norms: list[float] = []
+        self.elapsed = 0.0  # seconds of train() so far, evaluations included
+        self._interval_loss, self._interval_steps, self._interval_seconds = 0.0, 0, 0.0
+
+    # --- running -----------------------------------------------------------------------------------
+
+    def lr(self, step: int) -> float:
+        c = self.config
+        return lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
+
+    def evaluate(self) -> float:
+        """The validation loss now (nats per character, whole split)."""
+        return evaluate(self.model, self.val_data, self.config.context, self.config.eval_batch_size)
+
+    def train(self, until: int | None = None,
+              on_eval: Callable[[Trainer, dict], None] | None = None) -> list[dict]:
+        """Train from the current step up to step ``until`` (default: ``config.steps``), evaluating as
+        the config says; ``on_eval(trainer, record)`` is called after each evaluation (e.g. to save a
+        checkpoint). Returns ``history``."""
+        c = self.config
+        until = c.steps if until is None else until
+        if isinstance(until, bool) or not isinstance(until, int) or not self.step <= until <= c.steps:
+            raise ValueError(f"until ({until}) must be an int between the current step ({self.step}) "
+                             f"and config.steps ({c.steps})")
+        bar = self._progress_bar(until)
+        model, tokens_per_step = self.model, c.tokens_per_step
+        model.train()
+        started = time.perf_counter() - self.elapsed
+        losses: list[torch.Tensor] = []  # this interval's losses, read at the next evaluation
+        norms: list[torch.Tensor] = []  # and gradient norms
+        postfix: dict[str, str] = {}  # what the bar shows after the counts
+
+        def record() -> None:
+            step_losses = [loss.item() for loss in losses]
+            self.grad_norms += [norm.item() for norm in norms]
+            losses.clear()
+            norms.clear()
+            self.step_losses += step_losses
+            self._interval_loss += sum(step_losses)
+            self._interval_steps += len(step_losses)
+            self.elapsed = time.perf_counter() - started
+            if not self._due(self.step):
+                return
+            val_loss = self.evaluate()
+            self.elapsed = time.perf_counter() - started
+            n = self._interval_steps
+            entry = {
+                "step": self.step,
+                "train_loss": self._interval_loss / n if n else None,
+                "val_loss": val_loss,
+                "val_bits_per_char": bits_per_char(val_loss),
+                "lr": self.lr(self.step - 1) if self.step else 0.0,
+                "tokens": self.step * tokens_per_step,
+                "tokens_per_second": n * tokens_per_step / self._interval_seconds if n else None,
+                "elapsed_seconds": self.elapsed,
+            }
+            self.history.append(entry)
+            self._interval_loss, self._interval_steps, self._interval_seconds = 0.0, 0, 0.0
+            if bar is not None:
+                postfix["val"] = f"{val_loss:.3f}"
+                bar.set_postfix(postfix, refresh=False)
+                train = entry["train_loss"]  # None before the first step
+                bar.write(f"step {self.step:5d}: val loss {val_loss:.4f} nats/char "
+                          f"({bits_per_char(val_loss):.3f} bits)"
+                          + ("" if train is None else f", train {train:.4f}")
+                          + f", {self.elapsed:.1f} s")
+            if on_eval is not None:
+                on_eval(self, entry)
+
+        if self.step == 0 and c.eval_at_start and not self.history:
+            record()
+        shown_at = time.perf_counter()
+        shown_steps = 0
+        try:
+            while self.step < until:
+                tick = time.perf_counter()
+                x, y = get_batch(self.train_data, c.batch_size, c.context, self.generator)
+                loss, norm = train_step(model, self.optimizer, x, y, self.lr(self.step), c.grad_clip,
+                                        return_grad_norm=True)
+                losses.append(loss)
+                norms.append(norm)
+                self.step += 1
+                self._interval_seconds += time.perf_counter() - tick
+                shown_steps += 1
+                if bar is not None and (time.perf_counter() - shown_at > 0.5 or self.step == until):
+                    loss = losses[-1].item()
+                    now = time.perf_counter()
+                    postfix.update(loss=f"{loss:.3f}", bpc=f"{bits_per_char(loss):.2f}",
+                                   tok_s=f"{shown_steps * tokens_per_step / (now - shown_at):,.0f}")
+                    bar.set_postfix(postfix, refresh=False)
+                    bar.update(shown_steps)
+                    shown_at, shown_steps = now, 0
+                if self._due(self.step) or self.step == until:
+                    record()
+        finally:
+            if bar is not None:
+                close_progress_bar(bar)
+        return self.history
+
+    def _due(self, step: int) -> bool:
+        """Is an evaluation due after ``step`` steps?"""
+        c = self.config
+        if step == 0:
+            return c.eval_at_start
+        return step % c.eval_interval == 0 or step == c.steps
+
+    def _progress_bar(self, until: int):
+        return progress_bar(until, initial=self.step) if self.progress else None
+
+    # --- checkpoints -------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """Everything needed to continue exactly, as tensors and plain Python values."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model_config": dataclasses.asdict(self.model.config),
+            "train_config": dataclasses.asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "batch_generator": self.generator.get_state(),
+            "history": [dict(r) for r in self.history],
+            "step_losses": torch.tensor(self.step_losses, dtype=torch.float64),
+            "grad_norms": torch.tensor(self.grad_norms, dtype=torch.float64),
+            "interval": [self._interval_loss, self._interval_steps, self._interval_seconds],
+            "elapsed_seconds": self.elapsed,
+            "vocab": self.vocab,
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checkpoint atomically (see :func:`save_checkpoint`)."""
+        save_checkpoint(self.state(), path)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, model: nn.Module, train_data: torch.Tensor,
+                        val_data: torch.Tensor, config: TrainConfig, *, progress: bool = True) -> Trainer:
+        """The trainer saved in ``path``, continuing with ``model`` (whose config must equal the
+        checkpoint's) and ``config`` (likewise): weights, optimiser state, step, the batch generator,
+        the log. A mismatch raises an error naming the field."""
+        state = load_checkpoint(path, model_config=model.config, train_config=config)
+        trainer = cls(model, train_data, val_data, config, progress=progress, vocab=state.get("vocab"))
+        model.load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer.step = state["step"]
+        trainer.generator.set_state(state["batch_generator"])
+        trainer.history = [dict(r) for r in state["history"]]
+        trainer.step_losses = state["step_losses"].tolist()
+        trainer.grad_norms = state["grad_norms"].tolist() if "grad_norms" in state else []
+        trainer._interval_loss, trainer._interval_steps, trainer._interval_seconds = state["interval"]
+        trainer.elapsed = state["elapsed_seconds"]
+        return trainer

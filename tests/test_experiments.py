@@ -1,0 +1,318 @@
+"""course_lib.experiments: the statistics against published values, grids that refuse bad
+definitions, runs that reproduce exactly, a runner that skips finished runs and resumes an
+interrupted grid, the command line's one-line errors, and the committed grids against a re-run."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.config import ModelConfig
+from course_lib.experiments import (GRIDS, Grid, Probe, Row, get_grid, interpolate_at, load_records,
+                                    paired_difference, record_path, run_grid, run_one, summarize,
+                                    t_quantile)
+from course_lib.experiments import __main__ as cli
+from course_lib.experiments import runner as runner_module
+from course_lib.training import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "book" / "data" / "experiments"
+
+TINY = ModelConfig(vocab_size=65, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16,
+                   tie_embeddings=True, init_std=0.25)
+TINY_RUN = TrainConfig(batch_size=4, context=16, steps=6, lr=3e-3, min_lr=3e-4, warmup_steps=2,
+                       eval_interval=3, eval_batch_size=1024, eval_at_start=True)
+
+
+def tiny_grid(**changes) -> Grid:
+    grid = Grid("tiny-test", "two tiny rows", rows=(Row("a", TINY, TINY_RUN),
+                                                    Row("b", TINY.replace(ffn="gelu"), TINY_RUN)),
+                seeds=(0, 1))
+    return grid.replace(**changes)
+
+
+# --- statistics -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("df, expected", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571),
+                                          (10, 2.228), (30, 2.042), (120, 1.980)])
+def test_t_quantile_matches_the_published_table(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=6e-4)
+
+
+def test_t_quantile_other_levels_and_errors():
+    assert t_quantile(0.95, 4) == pytest.approx(2.132, abs=6e-4)
+    assert t_quantile(0.995, 3) == pytest.approx(5.841, abs=6e-4)
+    assert t_quantile(0.975, 10**6) == pytest.approx(1.95996, abs=1e-4)  # the normal's quantile
+    with pytest.raises(ValueError, match="p"):
+        t_quantile(0.3, 3)
+    with pytest.raises(ValueError, match="df"):
+        t_quantile(0.975, 0)
+
+
+def test_summarize_mean_spread_interval():
+    s = summarize([1.0, 2.0, 3.0])
+    assert (s["n"], s["mean"], s["min"], s["max"]) == (3, 2.0, 1.0, 3.0)
+    assert s["std"] == pytest.approx(1.0)
+    half = t_quantile(0.975, 2) / math.sqrt(3)
+    assert (s["low"], s["high"]) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    one = summarize([1.5])
+    assert one["mean"] == 1.5 and one["std"] is None and one["low"] is None
+    with pytest.raises(ValueError, match="values"):
+        summarize([])
+
+
+def test_paired_difference_says_whether_a_difference_was_found():
+    assert paired_difference([1.0, 1.1, 1.2], [0.9, 1.0, 1.05])["found"] is True
+    # per-seed differences of both signs: the interval contains 0
+    assert paired_difference([1.0, 1.1, 1.2], [1.05, 1.0, 1.25])["found"] is False
+    assert paired_difference([1.0], [0.5])["found"] is None
+    with pytest.raises(ValueError, match="pair up"):
+        paired_difference([1.0, 2.0], [1.0])
+
+
+def test_interpolate_at():
+    assert interpolate_at([0, 10, 20], [3.0, 2.0, 1.0], 15) == pytest.approx(1.5)
+    assert interpolate_at([0, 10], [3.0, 2.0], 10) == 2.0
+    assert math.isnan(interpolate_at([0, 10], [3.0, 2.0], 11))
+
+
+# --- grids ----------------------------------------------------------------------------------------
+
+def test_grids_refuse_bad_definitions():
+    with pytest.raises(ValueError, match="distinct"):
+        Grid("g", "", rows=(Row("a", TINY, TINY_RUN), Row("a", TINY, TINY_RUN)))
+    with pytest.raises(ValueError, match="seeds"):
+        Grid("g", "", rows=(Row("a", TINY, TINY_RUN),), seeds=(1, 1))
+    with pytest.raises(ValueError, match="label"):
+        Row("a/b", TINY, TINY_RUN)
+    with pytest.raises(ValueError, match="context"):
+        Row("a", TINY, TINY_RUN.replace(context=32))
+    with pytest.raises(ValueError, match="no rows"):
+        Grid("g", "", rows=())
+
+
+def test_the_course_grids_are_well_formed():
+    for name, grid in GRIDS.items():
+        assert grid.name == name and get_grid(name) is grid
+        assert len(grid.seeds) >= 3, f"{name}: at least three seeds"
+        assert all(grid.row(r.label) is r for r in grid.rows)
+    with pytest.raises(ValueError, match="unknown grid 'nope'"):
+        get_grid("nope")
+
+
+def test_equal_parameters_in_the_architecture_grid():
+    from course_lib.counting import count_params
+
+    modern, gpt2 = (count_params(row.model).total for row in GRIDS["arch"].rows)
+    assert abs(modern - gpt2) / modern < 0.02
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+def _losses(record: dict) -> list:
+    return [(h["step"], h["val_loss"], h["train_loss"]) for h in record["history"]]
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers():
+    grid = tiny_grid()
+    row = grid.rows[0]
+    first, again, other = run_one(grid, row, 0), run_one(grid, row, 0), run_one(grid, row, 1)
+    assert _losses(first) == _losses(again)
+    assert _losses(first) != _losses(other)
+    assert first["steps"] == TINY_RUN.steps and not first["diverged"]
+    prov = first["provenance"]
+    for key in ("commit", "dirty", "torch", "threads", "cpu", "date", "command"):
+        assert key in prov, key
+    assert prov["threads"] == grid.threads and prov["torch"] == torch.__version__
+
+
+def test_a_run_leaves_the_callers_random_state_and_threads_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    threads = torch.get_num_threads()
+    run_grid(tiny_grid(seeds=(0,), rows=(Row("a", TINY, TINY_RUN.replace(steps=2, eval_interval=2)),)),
+             _tmp("state"), workers=1, progress=False)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads
+
+
+def _tmp(name: str) -> Path:
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"exp-{name}-"))
+
+
+def test_a_prefix_of_a_run_is_the_runs_own_beginning():
+    grid = tiny_grid()
+    whole = run_one(grid, grid.rows[0], 0)
+    prefix = run_one(grid, grid.rows[0], 0, until=3)
+    assert _losses(prefix) == _losses(whole)[:2]
+
+
+def test_dropout_masks_come_from_the_seed():
+    grid = tiny_grid(rows=(Row("d", TINY.replace(dropout=0.3), TINY_RUN),))
+    assert _losses(run_one(grid, grid.rows[0], 0)) == _losses(run_one(grid, grid.rows[0], 0))
+
+
+def test_record_steps_keeps_every_loss_and_gradient_norm():
+    grid = tiny_grid(record_steps=True)
+    record = run_one(grid, grid.rows[0], 0)
+    assert len(record["step_losses"]) == len(record["grad_norms"]) == TINY_RUN.steps
+    assert all(g > 0 for g in record["grad_norms"])
+
+
+def test_a_probe_is_recorded():
+    grid = tiny_grid(probes=(Probe("loss_by_position", (("context", 16), ("windows", 8))),))
+    curve = run_one(grid, grid.rows[0], 0)["probes"]["loss_by_position"]
+    assert len(curve) == 16 and all(0 < v < 10 for v in curve)
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+def test_the_runner_skips_finished_runs_and_reruns_stale_ones(tmp_path, monkeypatch):
+    grid = tiny_grid()
+    summary = run_grid(grid, tmp_path, workers=1, progress=False)
+    assert summary["complete"] and summary["runs"] == 4
+    before = {k: _losses(r) for k, r in load_records(tmp_path, grid).items()}
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[1:3])
+        return real(*args, **kwargs)
+
+    real = runner_module.run_one
+    monkeypatch.setattr(runner_module, "run_one", counting)
+    run_grid(grid, tmp_path, workers=1, progress=False)
+    assert calls == []  # nothing run again
+    assert {k: _losses(r) for k, r in load_records(tmp_path, grid).items()} == before
+
+    changed = grid.replace(rows=(grid.rows[0], Row("b", grid.rows[1].model, TINY_RUN.replace(lr=1e-3))))
+    run_grid(changed, tmp_path, workers=1, progress=False)
+    assert [(row.label, seed) for row, seed in calls] == [("b", 0), ("b", 1)]  # only the stale row
+
+
+def test_an_interrupted_grid_resumes_to_the_same_records(tmp_path, monkeypatch):
+    grid = tiny_grid()
+    real = runner_module.run_one
+    count = [0]
+
+    def interrupted(*args, **kwargs):
+        count[0] += 1
+        if count[0] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "run_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(grid, tmp_path / "a", workers=1, progress=False)
+    assert len(load_records(tmp_path / "a", grid)) == 2
+    assert not [p for p in (tmp_path / "a").rglob("*") if p.name.startswith(".tmp-")]  # no half files
+    monkeypatch.setattr(runner_module, "run_one", real)
+    summary = run_grid(grid, tmp_path / "a", workers=1, progress=False)
+    assert summary["complete"]
+    run_grid(grid, tmp_path / "b", workers=1, progress=False)
+    resumed, clean = load_records(tmp_path / "a", grid), load_records(tmp_path / "b", grid)
+    assert {k: _losses(r) for k, r in resumed.items()} == {k: _losses(r) for k, r in clean.items()}
+
+
+def test_parallel_workers_give_the_same_numbers_as_one_process(tmp_path):
+    grid = tiny_grid()
+    run_grid(grid, tmp_path / "one", workers=1, progress=False)
+    run_grid(grid, tmp_path / "two", workers=2, progress=False)
+    one, two = load_records(tmp_path / "one", grid), load_records(tmp_path / "two", grid)
+    assert len(two) == 4
+    assert {k: _losses(r) for k, r in one.items()} == {k: _losses(r) for k, r in two.items()}
+
+
+def test_the_summary_compares_rows_at_equal_steps_and_equal_time(tmp_path):
+    grid = tiny_grid()
+    summary = run_grid(grid, tmp_path, workers=1, progress=False)
+    assert set(summary["rows"]) == {"a", "b"}
+    a = summary["rows"]["a"]
+    finals = [load_records(tmp_path, grid)[("a", s)]["final_val_loss"] for s in (0, 1)]
+    assert a["final_val_loss"]["mean"] == pytest.approx(sum(finals) / 2)
+    assert a["final_val_loss"]["low"] < a["final_val_loss"]["mean"] < a["final_val_loss"]["high"]
+    records = load_records(tmp_path, grid)
+    medians = [statistics.median(records[(label, s)]["train_seconds"] for s in (0, 1)) for label in "ab"]
+    assert summary["equal_time_seconds"] == min(medians)
+    assert a["val_loss_at_equal_time"]["n"] == 2
+    comparison = summary["against_first_row"]["b - a"]
+    assert comparison["seeds"] == [0, 1] and comparison["final_val_loss"]["found"] in (True, False)
+    on_disk = json.loads((tmp_path / grid.name / "summary.json").read_text())
+    assert on_disk["rows"].keys() == summary["rows"].keys()
+    assert on_disk["provenance"]["commits"] and on_disk["provenance"]["run_threads"] == [1]
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert cli.main(["nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown grid 'nope'" in err
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert cli.main(["lr-sweep", "--out", str(blocked / "sub")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not writable" in err
+    assert cli.main([]) == 2
+    assert "name a grid" in capsys.readouterr().err
+    assert cli.main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in GRIDS)
+
+
+def test_cli_bad_option_is_one_line_without_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "course_lib.experiments", "arch", "--workers", "0"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "--workers" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- the committed results ------------------------------------------------------------------------
+
+def _committed():
+    return [name for name in GRIDS if (COMMITTED / name / "summary.json").exists()]
+
+
+def test_every_committed_grid_is_complete_and_current():
+    for name in _committed():
+        grid = GRIDS[name]
+        records = load_records(COMMITTED, grid)
+        assert len(records) == len(grid.runs()), f"{name}: records stale or missing; rerun it"
+        summary = json.loads((COMMITTED / name / "summary.json").read_text())
+        assert summary["complete"] and summary["provenance"]["command"].startswith("python -m course_lib.experiments")
+        assert not any(c.endswith("+dirty") for c in summary["provenance"]["commits"]), name
+
+
+@pytest.mark.parametrize("name", list(GRIDS))
+def test_a_committed_grid_reproduces(name):
+    """Re-run the first row's first seed of a committed grid for its first evaluation interval with
+    the record's own train config and thread count: on the machine and torch that made the record
+    the losses agree exactly; elsewhere (another CPU's kernels) to rounding."""
+    if not (COMMITTED / name / "summary.json").exists():
+        pytest.skip(f"{name} is not committed")
+    grid = GRIDS[name]
+    row, seed = grid.rows[0], grid.seeds[0]
+    record = json.loads(Path(record_path(COMMITTED, grid, row, seed)).read_text())
+    train = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["train_config"].items()})
+    until = train.eval_interval
+    again = run_one(grid, row, seed, train_config=train, until=until)
+    committed = [h for h in record["history"] if h["step"] <= until]
+    prov = record["provenance"]
+    same_machine = (prov["cpu"], prov["torch"], prov["threads"]) == (again["provenance"]["cpu"], torch.__version__,
+                                                                    again["provenance"]["threads"])
+    for old, new in zip(committed, again["history"], strict=True):
+        assert old["step"] == new["step"]
+        if same_machine:
+            assert (old["val_loss"], old["train_loss"]) == (new["val_loss"], new["train_loss"])
+        else:
+            assert new["val_loss"] == pytest.approx(old["val_loss"], rel=1e-3)
