@@ -23,6 +23,12 @@ from course_lib.experiments import runner as runner_module
 from course_lib.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+# What a run executes: the model, the data, the training loop and the runner (a record whose
+# provenance lists one of these as uncommitted did not come from its commit's code).
+TRAINING_CODE = tuple(f"course_lib/{name}" for name in (
+    "attention.py", "block.py", "config.py", "data.py", "embeddings.py", "ffn.py", "init.py", "model.py",
+    "norms.py", "positional.py", "residual.py", "kv_cache.py", "sampling.py", "checkpointing.py", "_autograd.py",
+    "_io.py", "training/", "experiments/"))
 COMMITTED = ROOT / "book" / "data" / "experiments"
 
 TINY = ModelConfig(vocab_size=65, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16,
@@ -290,7 +296,11 @@ def test_every_committed_grid_is_complete_and_current():
         assert len(records) == len(grid.runs()), f"{name}: records stale or missing; rerun it"
         summary = json.loads((COMMITTED / name / "summary.json").read_text())
         assert summary["complete"] and summary["provenance"]["command"].startswith("python -m course_lib.experiments")
-        assert not any(c.endswith("+dirty") for c in summary["provenance"]["commits"]), name
+        for record in records.values():  # the code that trained was the commit's
+            prov = record["provenance"]
+            assert prov["commit"] and prov["dirty"] is not None, f"{name}: provenance without a commit"
+            touched = [f for f in prov["dirty_files"] if f.startswith(TRAINING_CODE)] if prov["dirty"] else []
+            assert not touched, f"{name} {record['row']} s{record['seed']}: trained with uncommitted {touched}"
 
 
 @pytest.mark.parametrize("name", list(GRIDS))

@@ -2,11 +2,14 @@
 reproduce each block's attention output; the model is left as it was; head scores on hand-made
 patterns; clear errors."""
 
+import copy
+
 import pytest
 import torch
 
 from course_lib.config import ModelConfig
-from course_lib.heads import attention_weights, diagonal_score, prefix_matching_score, previous_token_score
+from course_lib.heads import (ablate_heads, attention_weights, diagonal_score, induction_score,
+                              prefix_matching_score, previous_token_score, repeat_targets, uniform_baseline)
 from course_lib.model import DecoderLM
 from course_lib.positional import rope_cos_sin
 
@@ -161,3 +164,99 @@ def test_bad_model_or_ids():
         attention_weights(model_of(), torch.zeros(5, dtype=torch.long))
     with pytest.raises(TypeError, match="DecoderLM"):
         attention_weights(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long))
+
+
+# --- natural-text induction and ablation ------------------------------------------------------------
+
+def test_uniform_baseline_averages_over_the_scored_queries_only():
+    assert uniform_baseline(48, 24) == pytest.approx(sum(1 / (t + 1) for t in range(24, 48)) / 24)
+    assert uniform_baseline(48, 24) < uniform_baseline(48, 1) < uniform_baseline(48, 0)
+    A = torch.tril(torch.ones(48, 48))
+    A = (A / A.sum(-1, keepdim=True))[None, None, None]  # (1, 1, 1, T, T): even spread
+    assert previous_token_score(A).item() == pytest.approx(uniform_baseline(48, 1))
+    assert prefix_matching_score(A, 24).item() == pytest.approx(uniform_baseline(48, 24))
+
+
+def test_repeat_targets_point_after_earlier_occurrences():
+    ids = torch.tensor([[1, 2, 3, 4, 9, 1, 2, 3, 4]])
+    assert repeat_targets(ids, 3)[0].nonzero().tolist() == [[7, 3], [8, 4]]
+    # on r ‖ r every query of the second copy has exactly the prefix-matching target
+    r = torch.randperm(20)[None]
+    targets = repeat_targets(torch.cat([r, r], dim=1), 2)[0]
+    L = 20
+    expected = torch.zeros(2 * L, 2 * L, dtype=torch.bool)
+    for t in range(L + 1, 2 * L):
+        expected[t, t - L + 1] = True
+    assert torch.equal(targets, expected)
+
+
+def test_induction_score_equals_prefix_matching_on_repeated_sequences():
+    torch.manual_seed(0)
+    L = 12
+    r = torch.randperm(30)[:L][None]
+    ids = torch.cat([r, r], dim=1)  # (1, 2L)
+    weights = torch.rand(2, 1, 3, 2 * L, 2 * L).tril()
+    weights = weights / weights.sum(-1, keepdim=True)
+    scores, baseline = induction_score(weights, ids, n=1)
+    torch.testing.assert_close(scores, prefix_matching_score(weights, L))
+    assert baseline == pytest.approx(uniform_baseline(2 * L, L))
+    with pytest.raises(ValueError, match="no query"):
+        induction_score(weights, torch.arange(2 * L)[None], n=2)
+
+
+def _model():
+    torch.manual_seed(0)
+    return DecoderLM(ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                 d_ff=64, max_seq_len=32, init_std=0.2)).eval()
+
+
+def test_ablating_a_head_equals_zeroing_its_columns_of_w_o():
+    model = _model()
+    ids = torch.randint(0, 50, (2, 16))
+    with torch.no_grad():
+        with ablate_heads(model, [(1, 2), (0, 0)]):
+            ablated = model(ids)
+        plain = model(ids)
+        edited = copy.deepcopy(model)
+        D_h = edited.blocks[0].attn.head_dim
+        edited.blocks[1].attn.w_o.weight[:, 2 * D_h:3 * D_h] = 0
+        edited.blocks[0].attn.w_o.weight[:, 0:D_h] = 0
+        torch.testing.assert_close(ablated, edited(ids))
+        assert not torch.allclose(ablated, plain)
+        torch.testing.assert_close(model(ids), plain)  # hooks gone afterwards
+
+
+def test_mean_ablation_keeps_the_heads_average_output():
+    model = _model()
+    ids = torch.randint(0, 50, (2, 16))
+    seen = []
+    observe = lambda module, args: seen.append(args[0].clone())  # noqa: E731 — what W_o reads
+    D_h = model.blocks[0].attn.head_dim
+    with torch.no_grad():
+        handle = model.blocks[0].attn.w_o.register_forward_pre_hook(observe)
+        model(ids)  # seen[0]: the heads as they are
+        handle.remove()
+        with ablate_heads(model, [(0, 1)], mode="mean"):
+            handle = model.blocks[0].attn.w_o.register_forward_pre_hook(observe)  # runs after the ablation
+            model(ids)  # seen[1]
+            handle.remove()
+    plain, ablated = seen
+    head = slice(D_h, 2 * D_h)
+    expected = plain[..., head].mean(dim=(0, 1)).expand_as(plain[..., head])  # constant: its mean
+    torch.testing.assert_close(ablated[..., head], expected)
+    torch.testing.assert_close(ablated[..., :D_h], plain[..., :D_h])  # the other heads untouched
+    torch.testing.assert_close(ablated[..., 2 * D_h:], plain[..., 2 * D_h:])
+
+
+def test_ablate_heads_refuses_heads_that_do_not_exist_and_cleans_up_on_errors():
+    model = _model()
+    with pytest.raises(ValueError, match=r"head \(2, 0\) does not exist"):
+        with ablate_heads(model, [(2, 0)]):
+            pass
+    with pytest.raises(ValueError, match="mode"):
+        with ablate_heads(model, [(0, 0)], mode="half"):
+            pass
+    with pytest.raises(RuntimeError):
+        with ablate_heads(model, [(0, 0)]):
+            raise RuntimeError
+    assert all(not b.attn.w_o._forward_pre_hooks for b in model.blocks)

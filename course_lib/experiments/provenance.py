@@ -17,9 +17,11 @@ __all__ = ["provenance", "git_commit", "cpu_name"]
 
 
 def git_commit(folder: str | None = None) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the git checkout that holds the package
-    (None where there is no git or no checkout, as in an installed wheel). ``dirty``: uncommitted
-    changes to tracked files, which the commit alone does not describe."""
+    """``{"commit": sha or None, "dirty": bool or None, "dirty_files": [...]}`` of the git checkout
+    that holds the package (None where there is no git or no checkout, as in an installed wheel).
+    ``dirty``: uncommitted changes to tracked files, which the commit alone does not describe;
+    ``dirty_files`` names them, so that one can tell whether the code a run executed was among
+    them."""
     folder = folder or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def git(*args: str) -> str | None:
@@ -27,11 +29,13 @@ def git_commit(folder: str | None = None) -> dict:
             done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return None
-        return done.stdout.strip() if done.returncode == 0 else None
+        return done.stdout.rstrip("\n") if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
+    commit = commit.strip() if commit else None
     status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    files = sorted(line[3:] for line in status.splitlines()) if status else []
+    return {"commit": commit, "dirty": None if status is None else bool(status), "dirty_files": files}
 
 
 def cpu_name() -> str:
