@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from course_lib.config import ModelConfig
-from course_lib.experiments import (GRIDS, Grid, Probe, Row, get_grid, interpolate_at, load_records,
-                                    paired_difference, record_path, run_grid, run_one, summarize,
+from course_lib.experiments import (GRIDS, Grid, Probe, Row, get_grid, interpolate_at, load_records, load_results,
+                                    paired_difference, record_path, run_grid, run_one, summarize, summarize_grid,
                                     t_quantile)
 from course_lib.experiments import __main__ as cli
 from course_lib.experiments import runner as runner_module
@@ -29,7 +29,7 @@ TRAINING_CODE = tuple(f"course_lib/{name}" for name in (
     "attention.py", "block.py", "config.py", "data.py", "embeddings.py", "ffn.py", "init.py", "model.py",
     "norms.py", "positional.py", "residual.py", "kv_cache.py", "sampling.py", "checkpointing.py", "_autograd.py",
     "_io.py", "training/", "experiments/"))
-COMMITTED = ROOT / "book" / "data" / "experiments"
+COMMITTED = ROOT / "course_lib" / "experiments" / "results"
 
 TINY = ModelConfig(vocab_size=65, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16,
                    tie_embeddings=True, init_std=0.25)
@@ -285,22 +285,19 @@ def test_cli_bad_option_is_one_line_without_a_traceback():
 
 # --- the committed results ------------------------------------------------------------------------
 
-def _committed():
-    return [name for name in GRIDS if (COMMITTED / name / "summary.json").exists()]
-
-
-def test_every_committed_grid_is_complete_and_current():
-    for name in _committed():
-        grid = GRIDS[name]
-        records = load_records(COMMITTED, grid)
-        assert len(records) == len(grid.runs()), f"{name}: records stale or missing; rerun it"
-        summary = json.loads((COMMITTED / name / "summary.json").read_text())
-        assert summary["complete"] and summary["provenance"]["command"].startswith("python -m course_lib.experiments")
-        for record in records.values():  # the code that trained was the commit's
-            prov = record["provenance"]
-            assert prov["commit"] and prov["dirty"] is not None, f"{name}: provenance without a commit"
-            touched = [f for f in prov["dirty_files"] if f.startswith(TRAINING_CODE)] if prov["dirty"] else []
-            assert not touched, f"{name} {record['row']} s{record['seed']}: trained with uncommitted {touched}"
+@pytest.mark.parametrize("name", list(GRIDS))
+def test_every_grid_is_committed_complete_and_current(name):
+    grid = GRIDS[name]
+    summary, records = load_results(name)  # raises, naming the command, when stale or missing
+    recomputed = json.loads(json.dumps(summarize_grid(grid, COMMITTED)))
+    recomputed["provenance"] = summary["provenance"]  # when and by which command it was written
+    assert summary == recomputed, f"{name}: summary.json does not summarize its records"
+    assert summary["complete"] and summary["provenance"]["command"].startswith("python -m course_lib.experiments")
+    for record in records.values():  # the code that trained was the commit's
+        prov = record["provenance"]
+        assert prov["commit"] and prov["dirty"] is not None, f"{name}: provenance without a commit"
+        touched = [f for f in prov["dirty_files"] if f.startswith(TRAINING_CODE)] if prov["dirty"] else []
+        assert not touched, f"{name} {record['row']} s{record['seed']}: trained with uncommitted {touched}"
 
 
 @pytest.mark.parametrize("name", list(GRIDS))
@@ -308,8 +305,6 @@ def test_a_committed_grid_reproduces(name):
     """Re-run the first row's first seed of a committed grid for its first evaluation interval with
     the record's own train config and thread count: on the machine and torch that made the record
     the losses agree exactly; elsewhere (another CPU's kernels) to rounding."""
-    if not (COMMITTED / name / "summary.json").exists():
-        pytest.skip(f"{name} is not committed")
     grid = GRIDS[name]
     row, seed = grid.rows[0], grid.seeds[0]
     record = json.loads(Path(record_path(COMMITTED, grid, row, seed)).read_text())

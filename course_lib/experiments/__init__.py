@@ -2,7 +2,11 @@
 provenance, summarized as means with 95 % intervals and compared at equal steps and at equal
 wall-clock time.
 
-    python -m course_lib.experiments NAME --out book/data/experiments
+    python -m course_lib.experiments NAME --out course_lib/experiments/results
+
+The course's committed results live in ``results/`` beside this file, inside the package, so that
+chapter 12 reads them wherever it runs — the site's build, Jupyter, or Colab, where only the package
+is installed (as with the corpus). :func:`load_results` reads one grid's summary and records.
 
 * :mod:`.grid` — :class:`Grid`, :class:`Row`, :class:`Probe`: what a grid is.
 * :mod:`.grids` — :data:`GRIDS`, the course's named grids, defined in one place.
@@ -15,8 +19,8 @@ wall-clock time.
 from .grid import Grid, Probe, Row
 from .grids import GRIDS, get_grid
 from .run import run_one
-from .runner import load_records, record_path, run_grid, summarize_grid
+from .runner import RESULTS, load_records, load_results, record_path, run_grid, summarize_grid
 from .stats import interpolate_at, paired_difference, summarize, t_quantile
 
 __all__ = ["Grid", "Row", "Probe", "GRIDS", "get_grid", "run_one", "run_grid", "summarize_grid",
-           "load_records", "record_path", "summarize", "paired_difference", "interpolate_at", "t_quantile"]
+           "load_records", "load_results", "RESULTS", "record_path", "summarize", "paired_difference", "interpolate_at", "t_quantile"]

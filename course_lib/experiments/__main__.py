@@ -1,7 +1,7 @@
 """Run a named grid of training runs and summarize it.
 
     python -m course_lib.experiments --list
-    python -m course_lib.experiments NAME --out book/data/experiments
+    python -m course_lib.experiments NAME --out course_lib/experiments/results
 
 Runs every (row, seed) of grid NAME that is not finished yet, in parallel processes, each writing
 its record to OUT/NAME/runs/ when it ends; then writes OUT/NAME/summary.json (mean, spread and 95 %
@@ -44,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", metavar="NAME", help="the grid to run (see --list)")
     p.add_argument("--out", default="runs/experiments", metavar="DIR",
                    help="output folder (default: runs/experiments; the book's results live in "
-                        "book/data/experiments)")
+                        "course_lib/experiments/results, inside the package)")
     p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="parallel processes (default: cores // the grid's threads per run)")
     p.add_argument("--max-runs", type=_positive_int, default=None, metavar="N",

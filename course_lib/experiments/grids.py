@@ -1,5 +1,5 @@
 """The course's named grids, defined in one place: ``python -m course_lib.experiments NAME`` runs
-one, chapter 12 reads their committed results from ``book/data/experiments/NAME/``.
+one, chapter 12 reads their committed results from ``course_lib/experiments/results/NAME/``.
 
 All train the character model on Tiny Shakespeare (V = 65) with AdamW, warmup and cosine decay, and
 clip the gradient's norm at 1.0, as chapter 12's main run does, at sizes a 2-core CPU trains in

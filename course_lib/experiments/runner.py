@@ -34,7 +34,11 @@ from .provenance import git_commit, provenance
 from .run import run_one
 from .stats import interpolate_at, paired_difference, summarize
 
-__all__ = ["run_grid", "summarize_grid", "record_path", "load_records", "spec", "default_workers"]
+__all__ = ["run_grid", "summarize_grid", "record_path", "load_records", "load_results", "spec",
+           "default_workers", "RESULTS"]
+
+# The course's committed results, inside the package (chapter 12 reads them, in Colab too).
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def spec(grid: Grid, row: Row) -> dict:
@@ -78,6 +82,22 @@ def load_records(out: str | os.PathLike, grid: Grid) -> dict[tuple[str, int], di
         if record is not None:
             found[(row.label, seed)] = record
     return found
+
+
+def load_results(name: str, out: str | os.PathLike = RESULTS) -> tuple[dict, dict[tuple[str, int], dict]]:
+    """The committed results of the grid called ``name``: its summary and its records by (row,
+    seed). A grid that has not been run into ``out``, or whose records are stale (its definition
+    changed since), raises a ValueError that says which command regenerates it."""
+    from .grids import get_grid
+
+    grid = get_grid(name)
+    command = f"python -m course_lib.experiments {name} --out course_lib/experiments/results"
+    summary = _read(os.path.join(os.fspath(out), name, "summary.json"))
+    records = load_records(out, grid)
+    if summary is None or len(records) != len(grid.runs()):
+        raise ValueError(f"grid {name!r} has {len(records)} of {len(grid.runs())} current runs in {out}; "
+                         f"regenerate it with `{command}`")
+    return summary, records
 
 
 def default_workers(grid: Grid) -> int:

@@ -36,8 +36,8 @@ import torch
 from ._isolate import run_isolated
 from ._watch import Forbid, watching
 
-__all__ = ["Case", "Mistake", "Task", "GradingError", "NotDoneYet", "Plain", "Forbid", "TensorOutput", "NumberOutput", "TupleOutput",
-           "describe", "self_check_timed_out"]
+__all__ = ["Case", "Mistake", "Task", "GradingError", "NotDoneYet", "Plain", "Forbid", "TensorOutput", "NumberOutput",
+           "BoolOutput", "TupleOutput", "describe", "self_check_timed_out"]
 
 
 class GradingError(AssertionError):
@@ -134,6 +134,27 @@ class NumberOutput:
 
     def values(self, x) -> torch.Tensor | None:
         if isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return torch.tensor(float(x), dtype=torch.float64)
+        return None
+
+
+class BoolOutput:
+    """The output is a truth value: a Python ``bool`` (numpy's ``bool_`` is accepted too). An int or a
+    tensor is not: ``what`` says what the value means."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def kind(self, got, want, name: str, case: Case) -> str | None:
+        if isinstance(got, (bool, np.bool_)):
+            return None
+        if isinstance(got, torch.Tensor):
+            return (f"{name} returned a tensor for {case.label}; it should return {self.what} as a Python bool "
+                    f"(bool(...) of a one-element tensor).")
+        return f"{name} returned a {type(got).__name__} for {case.label}; it should return {self.what} (True or False)."
+
+    def values(self, x) -> torch.Tensor | None:
+        if isinstance(x, (bool, np.bool_)):
             return torch.tensor(float(x), dtype=torch.float64)
         return None
 
@@ -358,7 +379,9 @@ def _same(a, b) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, np.ndarray):
         return isinstance(b, np.ndarray) and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
-    return True  # numbers, strings, functions: cannot be changed in place
+    if isinstance(a, numbers.Number):  # an element of a list may have been replaced (a list sorted in place)
+        return isinstance(b, numbers.Number) and (a == b or (a != a and b != b))
+    return True  # strings, functions: cannot be changed in place
 
 
 def _changed_arguments(args0, kwargs0, args1, kwargs1, names, allowed) -> list[str]:

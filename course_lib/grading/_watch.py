@@ -123,7 +123,10 @@ class Forbid:
 
     ``operations``: names from :data:`OPERATIONS`. ``modules``: every function and method defined in
     these modules, a package's submodules included (the course's references for the task's concept).
-    ``functions``: more Python functions, each with the name a message uses. ``autograd``: derivatives
+    ``functions``: more Python functions, each with the name a message uses. ``packages``: names of
+    Python packages or modules (``"scipy"``, ``"statistics"``) none of whose code may run, matched by the
+    module a called function belongs to, so that a library the course does not install (or too large to
+    list) is forbidden without importing it. ``autograd``: derivatives
     by automatic differentiation. ``models``: building an ``nn.Module``, tensors on the meta device,
     saved-tensor hooks or FLOP counters (for tasks that count by formula).
     """
@@ -131,6 +134,7 @@ class Forbid:
     operations: tuple[str, ...] = ()
     modules: tuple[types.ModuleType, ...] = ()
     functions: tuple[tuple[Callable, str], ...] = ()
+    packages: tuple[str, ...] = ()
     autograd: bool = False
     models: bool = False
 
@@ -242,6 +246,7 @@ class Watch:
         if forbid.autograd:
             self._builtins.update({id(b): n for b, n in _AUTOGRAD_BUILTINS.items()})
         self._escape_ids = {id(b) for b in _ESCAPES}
+        self._packages = tuple(forbid.packages)
         self._autograd = forbid.autograd
         self._models = forbid.models
         self._function_mode = _FunctionMode(self)
@@ -292,6 +297,8 @@ class Watch:
             return
         if event == "call":
             name = self._codes.get(frame.f_code)
+            if name is None and self._packages:
+                name = _in_packages(frame, self._packages)
             if name is not None:
                 self._record(f"`{name}`")
         elif event == "c_call":
@@ -342,6 +349,19 @@ class Watch:
             yield
         finally:
             self._paused -= 1
+
+
+def _in_packages(frame, packages: tuple[str, ...]) -> str | None:
+    """``module.function`` when ``frame`` runs code of one of ``packages`` (a module's own code, run on
+    import, is named by the module), else None."""
+    module = frame.f_globals.get("__name__")
+    if not isinstance(module, str):
+        return None
+    for package in packages:
+        if module == package or module.startswith(package + "."):
+            code = frame.f_code
+            return module if code.co_name == "<module>" else f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
+    return None
 
 
 def _inside_torch_handling(frame, depth: int = 12) -> bool:
