@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINING_CODE = tuple(f"course_lib/{name}" for name in (
     "attention.py", "block.py", "config.py", "data.py", "embeddings.py", "ffn.py", "init.py", "model.py",
     "norms.py", "positional.py", "residual.py", "kv_cache.py", "sampling.py", "checkpointing.py", "_autograd.py",
-    "_io.py", "training/", "experiments/"))
+    "_io.py", "training/", "experiments/run.py", "experiments/runner.py", "experiments/grid.py",
+    "experiments/grids.py", "experiments/probes.py"))
 COMMITTED = ROOT / "course_lib" / "experiments" / "results"
 
 TINY = ModelConfig(vocab_size=65, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16,

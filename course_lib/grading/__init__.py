@@ -1,4 +1,5 @@
-"""Checkers called by the exercises' hidden tests, one module per chapter.
+"""Checkers called by the exercises' hidden tests, one module per chapter (chapter 12's in two: ``training``
+and ``experiments``).
 
 Each ``check_<task>(student_function)`` returns None when the function agrees with the reference on
 many random and edge cases, and otherwise raises ``AssertionError`` (a :class:`GradingError`) whose
@@ -19,6 +20,7 @@ from .checkpointing import (check_checkpointed, check_gpt_block_saved_bytes, che
                             check_saved_bytes)
 from .counting import (check_count_params, check_counting_predictions, check_moe_params,
                        check_window_core_flops)
+from .experiments import check_ablated_loss, check_paired_interval
 from .ffn import check_ffn_predictions, check_geglu_backward, check_llama_ffn, check_top_k_swiglu
 from .info_theory import (check_entropy, check_info_predictions, check_label_smoothed_cross_entropy,
                           check_logsumexp, check_soft_cross_entropy_grad)
@@ -51,6 +53,6 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
            "check_attend_with_window",
            "check_train_step", "check_learning_rate", "check_sampling_probs", "check_evaluate_loss",
-           "check_training_predictions"]
+           "check_training_predictions", "check_paired_interval", "check_ablated_loss"]
 
 _display.install()

@@ -570,4 +570,392 @@ def predictions():
     return {"initial_loss": math.log(65), "bits_per_char": 1.40 / math.log(2),
             "perplexity": math.exp(1.40), "adam_ratio": 1.0, "top_p_tokens": 3}
 '''),
+    # --- Task 6: paired_interval ----------------------------------------------------------------------
+    Wrong("paired-interval-answer", "compared as independent samples", '''
+def paired_interval(a, b, confidence=0.95):
+    n = len(a)
+    mean_a, mean_b = sum(a) / n, sum(b) / n
+    var_a = sum((x - mean_a) ** 2 for x in a) / (n - 1)
+    var_b = sum((x - mean_b) ** 2 for x in b) / (n - 1)
+    se = math.sqrt(var_a / n + var_b / n)  # Welch's standard error
+    half = t_quantile(0.5 + confidence / 2, 2 * n - 2) * se
+    diff = mean_a - mean_b
+    return diff - half, diff + half, diff - half > 0 or diff + half < 0
+'''),
+    Wrong("paired-interval-answer", "compared as independent samples", '''
+import numpy as np
+
+def paired_interval(a, b, confidence=0.95):
+    a, b = np.array(a), np.array(b)
+    n = len(a)
+    diff = a.mean() - b.mean()
+    se = np.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * se
+    return float(diff - half), float(diff + half), bool(abs(diff) > half)
+'''),
+    Wrong("paired-interval-answer", "1.96 is the normal distribution's quantile", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = 1.96 * s / math.sqrt(n)  # 95 %
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "the population formula", '''
+import numpy as np
+
+def paired_interval(a, b, confidence=0.95):
+    d = np.array(a) - np.array(b)
+    n = len(d)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * d.std() / np.sqrt(n)
+    low, high = d.mean() - half, d.mean() + half
+    return float(low), float(high), bool(low > 0 or high < 0)
+'''),
+    Wrong("paired-interval-answer", "the standard error is divided by n", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * s / n
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "has n degrees of freedom", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n) * s / math.sqrt(n)
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "the quantile is one-sided", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(confidence, n - 1) * s / math.sqrt(n)
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "the confidence argument is ignored", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.975, n - 1) * s / math.sqrt(n)  # two-sided 95 %
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "this is the interval of b − a", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [y - x for x, y in zip(a, b)]  # how much B improves on A
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    return mean - half, mean + half, mean - half > 0 or mean + half < 0
+'''),
+    Wrong("paired-interval-answer", "the two rows' own intervals overlap", '''
+def paired_interval(a, b, confidence=0.95):
+    n = len(a)
+    q = t_quantile(0.5 + confidence / 2, n - 1)
+
+    def interval(xs):
+        m = sum(xs) / n
+        s = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+        return m - q * s / math.sqrt(n), m + q * s / math.sqrt(n)
+
+    low, high = interval([x - y for x, y in zip(a, b)])
+    a_low, a_high = interval(a)
+    b_low, b_high = interval(b)
+    found = a_high < b_low or b_high < a_low  # the two rows' intervals do not overlap
+    return low, high, found
+'''),
+    Wrong("paired-interval-answer", "is inverted", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    return mean - half, mean + half, mean - half <= 0 <= mean + half
+'''),
+    Wrong("paired-interval-answer", "only counts one direction", '''
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    return mean - half, mean + half, mean - half > 0
+'''),
+    Wrong("paired-interval-answer", "which does the work this task asks you to do", '''
+import statistics
+
+def paired_interval(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    half = t_quantile(0.5 + confidence / 2, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    m = statistics.mean(d)
+    return m - half, m + half, m - half > 0 or m + half < 0
+'''),
+    Wrong("paired-interval-answer", "course_lib.experiments.stats.paired_difference", '''
+from course_lib.experiments import paired_difference
+
+def paired_interval(a, b, confidence=0.95):
+    out = paired_difference(a, b, confidence)
+    return out["low"], out["high"], out["found"]
+'''),
+    # --- Task 7: ablated_loss -------------------------------------------------------------------------
+    Wrong("ablated-loss-answer", "W_o's rows", '''
+def ablated_loss(model, ids, heads):
+    saved = {}
+    with torch.no_grad():
+        for layer, h in heads:
+            w = model.blocks[layer].attn.w_o.weight
+            d = model.blocks[layer].attn.head_dim
+            saved.setdefault(layer, w.clone())
+            w[h * d:(h + 1) * d, :] = 0  # head h's block of W_o
+        logits = model(ids)
+        for layer, w in saved.items():
+            model.blocks[layer].attn.w_o.weight.copy_(w)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "the head's queries were zeroed", '''
+def ablated_loss(model, ids, heads):
+    saved = {}
+    with torch.no_grad():
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+            saved.setdefault(layer, attn.w_qkv.weight.clone())
+            attn.w_qkv.weight[h * d:(h + 1) * d] = 0  # the head's query: it looks at nothing
+        logits = model(ids)
+        for layer, w in saved.items():
+            model.blocks[layer].attn.w_qkv.weight.copy_(w)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "was taken as key/value head h", '''
+def ablated_loss(model, ids, heads):
+    saved = {}
+    with torch.no_grad():
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+            saved.setdefault(layer, attn.w_qkv.weight.clone())
+            start = (attn.n_heads + attn.n_kv_heads + h) * d  # head h's values
+            attn.w_qkv.weight[start:start + d] = 0
+        logits = model(ids)
+        for layer, w in saved.items():
+            model.blocks[layer].attn.w_qkv.weight.copy_(w)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "was mapped to its key/value head", '''
+def ablated_loss(model, ids, heads):
+    saved = {}
+    with torch.no_grad():
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+            saved.setdefault(layer, attn.w_qkv.weight.clone())
+            g = h // (attn.n_heads // attn.n_kv_heads)  # the key/value head that head h reads
+            start = (attn.n_heads + attn.n_kv_heads + g) * d
+            attn.w_qkv.weight[start:start + d] = 0  # its values
+        logits = model(ids)
+        for layer, w in saved.items():
+            model.blocks[layer].attn.w_qkv.weight.copy_(w)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "was taken as key/value head h", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        size = attn.w_o.in_features // attn.n_kv_heads  # one slice per key/value head
+
+        def hook(module, args, h=h, size=size):
+            x = args[0].clone()
+            x[..., h * size:(h + 1) * size] = 0
+            return (x,)
+
+        handles.append(attn.w_o.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "d_model / n_heads", '''
+def ablated_loss(model, ids, heads):
+    d = model.config.d_model // model.config.n_heads  # the width of a head
+    handles = []
+    for layer, h in heads:
+        def hook(module, args, h=h):
+            x = args[0].clone()
+            x[..., h * d:(h + 1) * d] = 0
+            return (x,)
+
+        handles.append(model.blocks[layer].attn.w_o.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "left a hook registered", '''
+def ablated_loss(model, ids, heads):
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        d = attn.head_dim
+
+        def hook(module, args, h=h, d=d):
+            x = args[0].clone()
+            x[..., h * d:(h + 1) * d] = 0
+            return (x,)
+
+        attn.w_o.register_forward_pre_hook(hook)
+    with torch.no_grad():
+        logits = model(ids)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "left the model's weights changed", '''
+def ablated_loss(model, ids, heads):
+    with torch.no_grad():
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+            attn.w_o.weight[:, h * d:(h + 1) * d] = 0  # head h's columns of W_o
+        logits = model(ids)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "at their own positions", '''
+def ablated_loss(model, ids, heads):
+    saved = {}
+    with torch.no_grad():
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+            saved.setdefault(layer, attn.w_o.weight.clone())
+            attn.w_o.weight[:, h * d:(h + 1) * d] = 0
+        logits = model(ids)
+        for layer, w in saved.items():
+            model.blocks[layer].attn.w_o.weight.copy_(w)
+    return F.cross_entropy(logits.flatten(0, 1), ids.flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "only the first head of the list", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    try:
+        for layer, h in heads:
+            attn = model.blocks[layer].attn
+            d = attn.head_dim
+
+            def hook(module, args, h=h, d=d):
+                x = args[0].clone()
+                x[..., h * d:(h + 1) * d] = 0
+                return (x,)
+
+            handles.append(attn.w_o.register_forward_pre_hook(hook))
+            with torch.no_grad():
+                logits = model(ids)
+            return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+    finally:
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        logits = model(ids)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "Python closures bind late", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        d = attn.head_dim
+        handles.append(attn.w_o.register_forward_pre_hook(
+            lambda module, args: (args[0].index_fill(-1, torch.arange(h * d, (h + 1) * d), 0),)))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "mean ablation", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        d = attn.head_dim
+
+        def hook(module, args, h=h, d=d):
+            x = args[0].clone()
+            part = x[..., h * d:(h + 1) * d]
+            x[..., h * d:(h + 1) * d] = part.mean(dim=(0, 1))  # the head's average output
+            return (x,)
+
+        handles.append(attn.w_o.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "no head was switched off", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        d = attn.head_dim
+
+        def hook(module, args, h=h, d=d):
+            x = args[0].clone()
+            x[..., h * d:(h + 1) * d] = 0
+
+        handles.append(attn.w_o.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
+    Wrong("ablated-loss-answer", "a Python number", '''
+def ablated_loss(model, ids, heads):
+    handles = []
+    for layer, h in heads:
+        attn = model.blocks[layer].attn
+        d = attn.head_dim
+
+        def hook(module, args, h=h, d=d):
+            x = args[0].clone()
+            x[..., h * d:(h + 1) * d] = 0
+            return (x,)
+
+        handles.append(attn.w_o.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+'''),
+    Wrong("ablated-loss-answer", "course_lib.heads.ablate_heads", '''
+from course_lib.heads import ablate_heads
+
+def ablated_loss(model, ids, heads):
+    with torch.no_grad(), ablate_heads(model, heads):
+        logits = model(ids)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).item()
+'''),
 ]
