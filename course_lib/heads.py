@@ -203,9 +203,11 @@ def ablate_heads(model: torch.nn.Module, heads: Iterable[tuple[int, int]],
     by_block: dict[int, list[int]] = {}
     for pair in heads:
         layer, head = pair
-        if not 0 <= layer < len(blocks) or not 0 <= head < blocks[layer].attn.n_heads:
-            raise ValueError(f"head {pair} does not exist: blocks 0 … {len(blocks) - 1}, heads "
-                             f"0 … {blocks[0].attn.n_heads - 1}")
+        if not 0 <= layer < len(blocks):
+            raise ValueError(f"head {pair} does not exist: blocks 0 … {len(blocks) - 1}")
+        if not 0 <= head < blocks[layer].attn.n_heads:
+            raise ValueError(f"head {pair} does not exist: block {layer} has heads "
+                             f"0 … {blocks[layer].attn.n_heads - 1}")
         by_block.setdefault(layer, []).append(head)
 
     def hook_for(chosen: list[int], head_dim: int):
