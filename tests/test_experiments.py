@@ -322,3 +322,38 @@ def test_a_committed_grid_reproduces(name):
             assert (old["val_loss"], old["train_loss"]) == (new["val_loss"], new["train_loss"])
         else:
             assert new["val_loss"] == pytest.approx(old["val_loss"], rel=1e-3)
+
+
+# --- reading results ------------------------------------------------------------------------------
+
+def test_report_table_and_curves(tmp_path):
+    from course_lib.experiments.report import rows_table, val_curves
+
+    grid = tiny_grid()
+    summary = run_grid(grid, tmp_path, workers=1, progress=False)
+    table = rows_table(summary)
+    lines = table.splitlines()
+    assert len(lines) == 1 + len(grid.rows) and lines[1].startswith("a ") and lines[2].startswith("b ")
+    mean_bits = summary["rows"]["a"]["final_val_loss"]["mean"] / math.log(2)
+    assert f"{mean_bits:.3f}" in lines[1]
+    assert ("differs" in lines[2]) or ("no difference found" in lines[2])
+    xs, ys = val_curves(load_records(tmp_path, grid), "a")
+    assert ys.shape == (2, len(xs)) and list(xs) == [0, 3, 6]
+    assert ys[:, -1] == pytest.approx([load_records(tmp_path, grid)[("a", s)]["final_val_loss"] / math.log(2)
+                                       for s in (0, 1)])
+    with pytest.raises(ValueError, match="no records"):
+        val_curves(load_records(tmp_path, grid), "zzz")
+
+
+def test_the_same_run_in_two_committed_grids_has_the_same_numbers():
+    """The modern block of the architecture grid and the σ = 1/√D row of the initial-scale grid
+    are one configuration, run in different processes at different times: their records agree
+    to the last bit, as determinism promises."""
+    arch, init = GRIDS["arch"], GRIDS["init-scale"]
+    assert arch.row("modern").model == init.row("sigma=1-sqrtD").model
+    assert arch.row("modern").train == init.row("sigma=1-sqrtD").train
+    _, arch_records = load_results("arch")
+    _, init_records = load_results("init-scale")
+    for seed in init.seeds:
+        a, b = arch_records[("modern", seed)], init_records[("sigma=1-sqrtD", seed)]
+        assert [h["val_loss"] for h in a["history"]] == [h["val_loss"] for h in b["history"]]
