@@ -22,15 +22,15 @@ def _bits(value):
 def rows_table(summary: dict, key: str = "final_val_loss") -> str:
     """A text table of a grid's rows: mean, seed-to-seed standard deviation and 95 % interval of
     ``key`` (``"final_val_loss"``, equal steps, or ``"val_loss_at_equal_time"``) in bits per
-    character, then the paired difference of each row from the first, with whether the interval
-    found one."""
-    lines = [f"{'row':<18} {'n':>2} {'mean':>7} {'sd':>6} {'95 % interval':>17} {'steps':>6}"
-             f"   {'vs first row (paired)':<26}"]
+    character, then the paired difference of each row from the first and whether its interval
+    excludes 0 (``found``: yes, a difference was found; no, none was)."""
+    lines = [f"{'row':<14} {'n':>2} {'mean':>6} {'sd':>5}  {'95 % interval':<16} {'steps':>5}"
+             f"  {'minus first row, paired':<24}  {'found':<5}"]
     first = next(iter(summary["rows"]))
     for label, row in summary["rows"].items():
         s = row[key]
         if s is None:
-            lines.append(f"{label:<18} {len(row['seeds']):>2}   every seed diverged")
+            lines.append(f"{label:<14} {len(row['seeds']):>2}  every seed diverged")
             continue
         interval = "" if s["low"] is None else f"[{_bits(s['low']):.3f}, {_bits(s['high']):.3f}]"
         sd = "" if s["std"] is None else f"{_bits(s['std']):.3f}"
@@ -38,11 +38,11 @@ def rows_table(summary: dict, key: str = "final_val_loss") -> str:
         comparison = summary["against_first_row"].get(f"{label} - {first}")
         if comparison is not None and comparison[key]["low"] is not None:
             d = comparison[key]
-            verdict = "differs" if d["found"] else "no difference found"
-            versus = f"{_bits(d['mean']):+.3f} [{_bits(d['low']):+.3f}, {_bits(d['high']):+.3f}] {verdict}"
+            versus = (f"{_bits(d['mean']):+.3f} [{_bits(d['low']):+.3f}, {_bits(d['high']):+.3f}]"
+                      f"  {'yes' if d['found'] else 'no':<5}")
         diverged = f" ({len(row['diverged_seeds'])} diverged)" if row["diverged_seeds"] else ""
-        lines.append(f"{label:<18} {s['n']:>2} {_bits(s['mean']):>7.3f} {sd:>6} {interval:>17} "
-                     f"{row['steps']:>6g}   {versus}{diverged}")
+        lines.append(f"{label:<14} {s['n']:>2} {_bits(s['mean']):>6.3f} {sd:>5}  {interval:<16} "
+                     f"{row['steps']:>5g}  {versus}{diverged}".rstrip())
     return "\n".join(lines)
 
 
