@@ -358,3 +358,20 @@ def test_the_same_run_in_two_committed_grids_has_the_same_numbers():
     for seed in init.seeds:
         a, b = arch_records[("modern", seed)], init_records[("sigma=1-sqrtD", seed)]
         assert [h["val_loss"] for h in a["history"]] == [h["val_loss"] for h in b["history"]]
+
+
+def test_every_committed_record_is_tracked_by_git():
+    """The results ship with the repository: a record that exists here but is ignored or
+    untracked would vanish from a fresh clone (and a `runs/` ignore rule once did that)."""
+    import shutil
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "ls-files", "course_lib/experiments/results"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    tracked = set(done.stdout.split())
+    for name, grid in GRIDS.items():
+        for row, seed in grid.runs():
+            path = Path(record_path(COMMITTED, grid, row, seed)).relative_to(ROOT).as_posix()
+            assert path in tracked, f"{path} is not tracked by git"
+        assert f"course_lib/experiments/results/{name}/summary.json" in tracked
