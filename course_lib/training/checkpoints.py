@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 
 import torch
 
+from .._io import atomic_write
 from ..config import ModelConfig
 from .run_config import TrainConfig
 
@@ -29,19 +29,7 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
     """``torch.save(state)`` to ``path`` atomically: written to a temporary file in the same folder,
     flushed to disk, then renamed over ``path`` (``os.replace``), so a crash at any moment leaves
     either the old checkpoint or the new one, never half of one."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda f: torch.save(state, f), binary=True, suffix=".pt")
 
 
 _REQUIRED = ("format", "model_config", "train_config", "model", "optimizer", "step", "batch_generator",
