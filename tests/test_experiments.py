@@ -333,7 +333,8 @@ def test_report_table_and_curves(tmp_path):
     summary = run_grid(grid, tmp_path, workers=1, progress=False)
     table = rows_table(summary)
     lines = table.splitlines()
-    assert len(lines) == 1 + len(grid.rows) and lines[1].startswith("a ") and lines[2].startswith("b ")
+    assert len(lines) == 3 + len(grid.rows) and lines[1].startswith("a ") and lines[2].startswith("b ")
+    assert lines[-1].strip() == f"python -m course_lib.experiments {grid.name} --out course_lib/experiments/results"
     mean_bits = summary["rows"]["a"]["final_val_loss"]["mean"] / math.log(2)
     assert f"{mean_bits:.3f}" in lines[1]
     assert lines[2].rstrip().endswith((" yes", " no")) and "found" in lines[0]

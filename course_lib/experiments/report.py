@@ -1,7 +1,8 @@
 """Reading a grid's results: a table of its rows and their validation curves across seeds.
 
 Losses are stored in nats per character; the table and the figures show bits (nats / ln 2), the
-unit chapter 12 compares with the entropies of chapter 1.
+unit chapter 12 compares with the entropies of chapter 1. Every table ends with the command that
+regenerates the grid it reads (:func:`regenerate_command`), so a printed result names its source.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 
 import numpy as np
 
-__all__ = ["rows_table", "val_curves", "plot_val_curves"]
+__all__ = ["regenerate_command", "rows_table", "val_curves", "plot_val_curves"]
 
 LN2 = math.log(2.0)
 
@@ -19,11 +20,20 @@ def _bits(value):
     return None if value is None else value / LN2
 
 
+def regenerate_command(grid: str) -> str:
+    """The command that re-runs grid ``grid`` into the results shipped with ``course_lib`` (run
+    from the repository root; finished runs are kept, so delete the grid's folder to start over)."""
+    if not isinstance(grid, str) or not grid:
+        raise ValueError(f"grid must be a grid name, got {grid!r}")
+    return f"python -m course_lib.experiments {grid} --out course_lib/experiments/results"
+
+
 def rows_table(summary: dict, key: str = "final_val_loss") -> str:
     """A text table of a grid's rows: mean, seed-to-seed standard deviation and 95 % interval of
     ``key`` (``"final_val_loss"``, equal steps, or ``"val_loss_at_equal_time"``) in bits per
     character, then the paired difference of each row from the first and whether its interval
-    excludes 0 (``found``: yes, a difference was found; no, none was)."""
+    excludes 0 (``found``: yes, a difference was found; no, none was). The last two lines name the
+    command that regenerates the grid."""
     lines = [f"{'row':<14} {'n':>2} {'mean':>6} {'sd':>5}  {'95 % interval':<16} {'steps':>5}"
              f"  {'minus first row, paired':<24}  {'found':<5}"]
     first = next(iter(summary["rows"]))
@@ -43,6 +53,7 @@ def rows_table(summary: dict, key: str = "final_val_loss") -> str:
         diverged = f" ({len(row['diverged_seeds'])} diverged)" if row["diverged_seeds"] else ""
         lines.append(f"{label:<14} {s['n']:>2} {_bits(s['mean']):>6.3f} {sd:>5}  {interval:<16} "
                      f"{row['steps']:>5g}  {versus}{diverged}".rstrip())
+    lines += ["regenerate with:", f"  {regenerate_command(summary['grid'])}"]
     return "\n".join(lines)
 
 
