@@ -109,12 +109,15 @@ def count_params(config: ModelConfig) -> ParamCount:
 
 
 def approx_params(config: ModelConfig) -> int:
-    """The rule of thumb 12·N·D² + 2·V·D (Kaplan et al., 2020), an approximation.
+    """The rule of thumb 12·N·D² + 2·V·D, an approximation.
 
-    It counts 4·D² of attention per block (multi-head, H·D_h = D), 8·D² of FFN (two matrices of
-    width 4·D, or SwiGLU's three of width 8/3·D) and two untied V × D tables, and leaves out norms,
-    biases and learned positions. GQA, other FFN widths and tying make it drift further (chapter 8
-    compares it with :func:`count_params`).
+    12·N·D² is Kaplan et al.'s (2020) count of the blocks, 12·n_layer·d_model², which leaves
+    out the embeddings on purpose; the 2·V·D for two untied V × D tables (embedding and LM
+    head) is this course's addition, so that the rule estimates the whole model. Per block it
+    counts 4·D² of attention (multi-head, H·D_h = D) and 8·D² of FFN (two matrices of width
+    4·D, or SwiGLU's three of width 8/3·D), and it leaves out norms, biases and learned
+    positions. GQA, other FFN widths and tying make it drift further (chapter 8 compares it
+    with :func:`count_params`).
     """
     c = _check_config(config)
     return 12 * c.n_layers * c.d_model**2 + 2 * c.vocab_size * c.d_model
