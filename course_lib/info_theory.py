@@ -212,8 +212,11 @@ def cross_entropy_from_logits(
     ``targets`` the batch shape (...) with the index of the correct next token. With a
     one-hot target P, H(P, Q) keeps one term, −log Q(target), so this equals
     :func:`cross_entropy` of the one-hot distribution and ``softmax(logits)``.
-    ``reduction`` is ``"mean"`` (the training loss), ``"sum"`` or ``"none"``. Matches
-    ``torch.nn.functional.cross_entropy`` (in nats) on ``logits.reshape(-1, V)``.
+    ``reduction`` is ``"mean"`` (the training loss: the mean over all positions),
+    ``"sum"`` or ``"none"``. Matches ``torch.nn.functional.cross_entropy`` (in nats) on
+    ``logits.reshape(-1, V)``. There is no ``ignore_index``: to leave padding out, pass
+    the real positions only (``logits[is_real]``, ``targets[is_real]``), which gives the
+    mean over real tokens that ``F.cross_entropy(..., ignore_index=-100)`` returns.
     """
     base = _check_base(base)
     z = _as_float_tensor(logits, "logits")
