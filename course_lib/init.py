@@ -14,6 +14,11 @@ Conventions
   their names (Hugging Face Llama: ``("o_proj", "down_proj")``; GPT-2: ``c_proj``).
 * Norm gains are not touched: they start at 1 (and shifts at 0) as their modules set
   them.
+* A fixed σ (GPT-2's 0.02) multiplies the mean square of a layer's output by
+  fan-in · σ², a gain that depends on the width. In a pre-norm stack that is harmless for
+  signal propagation — every norm restores the RMS of what the next sublayer reads — but
+  not for the speed of optimisation, which depends on σ relative to 1/√D: chapter 11
+  derives the first, chapter 12 measures the second.
 """
 
 from __future__ import annotations
