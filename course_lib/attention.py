@@ -13,8 +13,10 @@ Conventions
   from positions: the query at position i may attend to the key at position j when i ≥ j.
   ``F.scaled_dot_product_attention`` uses the same convention; ``nn.MultiheadAttention``
   the opposite one (True = blocked). Additive float masks are refused, not guessed at.
-* A query that may attend to no key at all gets output 0 — what
-  ``F.scaled_dot_product_attention`` returns — rather than the NaN of a softmax over −∞.
+* A query that may attend to no key at all gets output 0 rather than the NaN of a
+  softmax over −∞. Recent releases of ``F.scaled_dot_product_attention`` return 0 too;
+  older ones returned NaN, and what a release returns can depend on the kernel it
+  picks, so ``implementation="sdpa"`` inherits whatever the installed torch does.
 * ``scale`` defaults to 1/√D_h.
 * ``implementation="reference"`` runs the explicit math; ``"sdpa"`` runs
   ``F.scaled_dot_product_attention``. They agree to rounding (tests/test_attention.py).

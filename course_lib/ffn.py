@@ -15,6 +15,9 @@ Conventions
   ``w1``, ``w2``.
 * No biases by default, as in Llama; ``FeedForward(..., bias=True)`` gives the
   original Transformer's and GPT-2's form.
+* Gated linear units (GLU) are from Dauphin et al. (2017), with a sigmoid gate;
+  Shazeer (2020) put GLUs with other gate activations (ReGLU, GeGLU, SwiGLU) into the
+  Transformer's FFN.
 
 Explicit math (:func:`gelu`, :func:`silu`, :func:`swiglu`, :func:`geglu`) sits beside
 the fast paths the modules use (``F.gelu``, ``F.silu``), and the gated FFNs' backward
@@ -181,7 +184,8 @@ def _check_glu(x, w_gate, w_up, w_down) -> None:
 def swiglu(
     x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
 ) -> torch.Tensor:
-    """SwiGLU(x) = (SiLU(x W_gate) ⊙ (x W_up)) W_down  (Shazeer, 2020).
+    """SwiGLU(x) = (SiLU(x W_gate) ⊙ (x W_up)) W_down: a GLU (Dauphin et al., 2017)
+    with a SiLU gate (Shazeer, 2020).
 
     Explicit math in the row-vector convention: ``w_gate`` and ``w_up`` have shape
     (D, F), ``w_down`` has shape (F, D). The gate SiLU(x W_gate) multiplies the
@@ -262,7 +266,8 @@ def geglu_backward(
 
 
 class SwiGLU(nn.Module):
-    """Llama's gated FFN: w_down(SiLU(w_gate(x)) ⊙ w_up(x))  (Shazeer, 2020).
+    """Llama's gated FFN: w_down(SiLU(w_gate(x)) ⊙ w_up(x)), a gated linear unit
+    (Dauphin et al., 2017) with a SiLU gate (Shazeer, 2020).
 
     Three D×F matrices instead of two, so at equal parameters F shrinks to about
     (2/3)·4D = (8/3)·D (see :func:`swiglu_hidden_dim`). Parameters: 3·D·F. The

@@ -6,8 +6,11 @@ Conventions
 -----------
 * A *residual sublayer* wraps a norm and a sublayer F (attention or an FFN):
 
-      pre-norm    x + F(Norm(x))   GPT-2, GPT-3, Llama, Mistral (Xiong et al., 2020)
+      pre-norm    x + F(Norm(x))   tensor2tensor (2018), GPT-2, GPT-3, Llama, Mistral
       post-norm   Norm(x + F(x))   the original Transformer, BERT (Vaswani et al., 2017)
+
+  Pre-norm was the default of tensor2tensor (Vaswani et al., 2018) before GPT-2 adopted
+  it; Wang et al. (2019) and Xiong et al. (2020) analysed why it trains more easily.
 
   Pre-norm leaves the *residual stream* x un-normalized: every sublayer reads a
   normalized copy and adds its output back. Post-norm normalizes the stream itself after
@@ -89,7 +92,7 @@ def _check_same_shape(out: torch.Tensor, x: torch.Tensor, what: str) -> torch.Te
 # --- the two placements ---------------------------------------------------------------
 
 class PreNormResidual(nn.Module):
-    """Pre-norm residual sublayer: y = x + F(Norm(x))  (Xiong et al., 2020; Llama).
+    """Pre-norm residual sublayer: y = x + F(Norm(x))  (tensor2tensor; GPT-2; Llama).
 
     The sublayer reads a normalized copy of the stream; the stream itself is never
     normalized, so the Jacobian is ∂y/∂x = I + J_F(Norm(x)) · J_Norm(x): the identity
