@@ -28,7 +28,7 @@ first cell of every notebook calls. ``grading`` holds the checkers the exercises
 and is imported on demand (it is not needed to use the library).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from . import (
     attention,
