@@ -1,6 +1,7 @@
 """KV caches: keep every layer's keys and values so that each generation step computes
 only the new tokens' (Pope et al., 2023, on why decoding is then bound by reading the
-cache and the weights).
+cache and the weights). The idea is as old as autoregressive decoding with Transformers:
+Tensor2Tensor's fast decoding (Vaswani et al., 2018) kept such a cache.
 
 Two versions, taught in this order:
 
