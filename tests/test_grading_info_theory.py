@@ -23,9 +23,21 @@ def float32_inside_entropy(p, base=2.0):  # computing in float32 and casting bac
     return (-(q * torch.log(torch.where(q > 0, q, 1.0))).sum(-1) / math.log(base)).to(p.dtype)
 
 
-def max_values_logsumexp(z):
+def max_values_logsumexp(z):  # .max(...).values, the sum accumulated in float32 (float64 kept)
     m = z.max(dim=-1, keepdim=True).values
-    return m.squeeze(-1) + torch.log(torch.exp(z - m).sum(-1))
+    total = torch.exp(z - m).sum(-1, dtype=torch.promote_types(z.dtype, torch.float32))
+    return (m.squeeze(-1) + torch.log(total)).to(z.dtype)
+
+
+def mean_plus_log_v_logsumexp(z):  # a mean of terms ≤ 1 fits in float16 too; log V added back
+    m = z.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(z - m).mean(-1, keepdim=True))).squeeze(-1) + math.log(z.shape[-1])
+
+
+def bfloat16_sum_logsumexp(z):  # bfloat16 has float32's range: its 8 bits are enough here
+    x = z.bfloat16() if z.dtype == torch.float16 else z
+    m = x.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True))).squeeze(-1).to(z.dtype)
 
 
 def explicit_target_smoothing(logits, targets, smoothing):  # build P, then H(P, Q)
@@ -45,7 +57,8 @@ def stable_softmax_grad(logits, target_probs):  # the softmax written out, divid
 
 @pytest.mark.parametrize("checker, solution", [
     (check_entropy, nan_to_num_entropy), (check_entropy, float32_inside_entropy),
-    (check_logsumexp, max_values_logsumexp),
+    (check_logsumexp, max_values_logsumexp), (check_logsumexp, mean_plus_log_v_logsumexp),
+    (check_logsumexp, bfloat16_sum_logsumexp),
     (check_label_smoothed_cross_entropy, explicit_target_smoothing),
     (check_soft_cross_entropy_grad, stable_softmax_grad),
 ])
@@ -103,6 +116,23 @@ def test_predictions_within_rounding_pass_and_wrong_types_are_named():
     with pytest.raises(GradingError, match="kl_impossible"):
         check_info_predictions(lambda: {"dyadic_bits": 1.75, "init_loss_nats": 4.17, "kl_impossible": -math.inf,
                                         "ppl_two_tokens": 4.0})
+
+
+def test_the_given_logsumexp_fails_only_in_float16():
+    """The bug of task 3 shows only where a float16 sum of exponentials passes 65,504."""
+    from course_lib.grading.info_theory import _given_lse, _lse_cases, _lse_exact
+
+    for case in _lse_cases(torch.Generator().manual_seed(103)):
+        (z,) = case.args
+        given_ok = bool(torch.isfinite(_given_lse(z)).all())
+        assert given_ok == (z.dtype != torch.float16 or torch.exp(z.double() - z.double().amax(-1, keepdim=True))
+                            .sum(-1).max() <= 65504), case.label
+        assert torch.isfinite(_lse_exact(z)).all(), case.label
+    message = None
+    with pytest.raises(GradingError) as info:
+        check_logsumexp(_given_lse)
+    message = str(info.value)
+    assert "float16" in message and "Llama 3" in message, message
 
 
 def test_a_gradient_of_the_wrong_dtype_is_named():

@@ -2,7 +2,7 @@
 
 1. ``entropy`` — implement H(P) from its formula (with 0 · log 0 = 0).
 2. ``predictions`` — predict four numbers before computing them (a function returning a dict).
-3. ``logsumexp`` — find and fix the bug in a given "stable" log-sum-exp.
+3. ``logsumexp`` — find and fix the bug in a given "stable" log-sum-exp that overflows in float16.
 4. ``label_smoothed_cross_entropy`` — extend the loss from logits to a smoothed target.
 5. ``soft_cross_entropy_grad`` — derive the gradient of the loss with respect to the logits for any
    target distribution, and check it.
@@ -167,11 +167,17 @@ check_info_predictions = INFO_PREDICTIONS.checker(
     probabilities 1/2 and 1/8.""")
 
 
-# --- Task 3: log-sum-exp (find and fix the bug) -----------------------------------------------------------
+# --- Task 3: log-sum-exp in float16 (find and fix the bug) -------------------------------------------------
 
-def _lse(z, *, shift="row", add_back=True, keepdim=False, reduce="sum"):
+_F16 = torch.float16
+_F16_MAX = torch.finfo(_F16).max  # 65,504: the largest finite float16
+
+
+def _lse(z, *, shift="row", add_back=True, keepdim=False, reduce="sum", store=None, clamp=False):
     """log Σ exp(z) over the last dimension with one knob turned: what a solution with that mistake
-    computes (in float64, cast back to z's dtype)."""
+    computes (exactly, in float64, then cast back to z's dtype). ``store`` is the dtype the sum of the
+    exponentials is rounded to before its log (where a float16 sum overflows to inf); ``clamp`` caps
+    that sum at float16's largest value."""
     z64 = z.double()
     if shift == "row":
         m = z64.amax(-1, keepdim=True)
@@ -188,13 +194,18 @@ def _lse(z, *, shift="row", add_back=True, keepdim=False, reduce="sum"):
     with torch.no_grad():
         total = torch.exp(z64 - m)
         total = total.sum(-1, keepdim=True) if reduce == "sum" else total.mean(-1, keepdim=True)
+        if store is not None:
+            total = total.to(store).double()  # rounded (or overflowed) in that dtype
+        if clamp:
+            total = total.clamp(max=_F16_MAX)
         out = torch.log(total) + (m if add_back else 0.0)
     out = out if keepdim else out.squeeze(-1)
     return out.to(z.dtype)
 
 
 def _lse_exact(z):
-    """The reference: log Σ exp(z) over the last dimension (rows may hold some −inf entries)."""
+    """The reference: log Σ exp(z) over the last dimension (rows may hold some −inf entries), computed
+    in float64 and rounded once to z's dtype."""
     return torch.logsumexp(z.double(), dim=-1).to(z.dtype)
 
 
@@ -218,43 +229,70 @@ def _lse_cases(gen) -> list[Case]:
     masked[torch.rand((4, 9), generator=gen) < 0.4] = -math.inf
     masked[:, 0] = 0.5  # every row keeps at least one finite logit
     cases.append(Case(f"rows with some −inf entries (masked logits), {describe(masked)}", (masked,)))
+    # float16: per-row shifts first, then vocabularies whose sum of exponentials no longer fits
+    for shape, scale, shift, note in [
+        ((4, 12), 100.0, 300.0, " with large logits (hundreds)"),
+        ((2, 50257), 0.02, 0.0, " over GPT-2's vocabulary, logits near 0 as at initialisation"),
+        ((2, 128256), 2.0, 0.0, " over Llama 3's vocabulary, logits of spread 2"),
+        ((3, 128256), 0.02, 0.0, " over Llama 3's vocabulary, logits near 0 as at initialisation"),
+    ]:
+        z = randn(shape, scale, shift, _F16)
+        cases.append(Case(f"z: {describe(z)}{note}", (z,)))
+    levels = randn((3, 256000), 0.1) + torch.tensor([0.0, 20.0, -15.0], dtype=_F64)[:, None]
+    levels = levels.to(_F16)
+    cases.append(Case(f"z: {describe(levels)} (a 256,000-token vocabulary), rows at different levels",
+                      (levels,)))
+    holes = randn((2, 128256), 0.05)
+    holes[torch.rand((2, 128256), generator=gen) < 0.25] = -math.inf  # a quarter of the tokens masked
+    holes = holes.to(_F16)
+    cases.append(Case(f"z: {describe(holes)} with some −inf entries (masked tokens)", (holes,)))
     square = randn((5, 5), 3.0, dtype=_F32)
     cases.append(Case(f"a square batch, {describe(square)}", (square,)))
     return cases
 
 
 def _given_lse(z):
-    return _lse(z, shift="global")
+    return _lse(z, store=z.dtype)  # the per-row trick, with the sum kept in z's own dtype
 
 
 LOGSUMEXP = Task(
-    name="logsumexp", reference=_lse_exact, cases=_lse_cases, seed=103, rtol=1e-5, atol=1e-6,
+    name="logsumexp", reference=_lse_exact, cases=_lse_cases, seed=103,  # tolerances by dtype
     mistakes=[
-        Mistake("this is still what the given version computes: the shift m is the largest logit of the "
-                "WHOLE batch. A row far below it has every exp(z − m) round to 0, and log 0 = −inf. Which "
-                "maximum does each row need?", _given_lse),
+        Mistake("the sum of the exponentials still overflows float16, as in the given version, and its log is "
+                "inf. Each exp(z − m) is at most 1, but a vocabulary of V tokens can add up to V of them, and "
+                "float16 stops at 65,504: keep that sum out of float16 until its log has been taken.",
+                _given_lse),
+        Mistake("the sum of the exponentials is capped at float16's largest value (65,504): the cap is finite "
+                "but wrong, so the log is too small. Keep the sum in a wider type than float16 instead.",
+                lambda z: _lse(z, clamp=True)),
+        Mistake("the exponentials are averaged (mean); log-sum-exp sums them. (A mean does stay small — if you "
+                "use one, add log V back.)", lambda z: _lse(z, reduce="mean")),
         Mistake("the maximum is subtracted but not added back: log Σ exp(z) = m + log Σ exp(z − m).",
                 lambda z: _lse(z, add_back=False)),
+        Mistake("nothing is subtracted before exp: exp overflows for large logits (e^800 is inf in any float "
+                "type, float64 included). A wider type does not replace the shift: subtract each row's maximum "
+                "first.", lambda z: _lse(z, shift="none")),
+        Mistake("the shift m is the largest logit of the WHOLE batch. A row far below it has every exp(z − m) "
+                "round to 0, and log 0 = −inf. Each row needs its own maximum.", lambda z: _lse(z, shift="global")),
         Mistake("the shift is the largest |z|: for a row of very negative logits that is far above every "
                 "entry, and every exp(z − m) underflows to 0. Shift by the row's maximum itself.",
                 lambda z: _lse(z, shift="abs")),
         Mistake("the shift is each row's minimum: then every other exponent is positive and can overflow. "
                 "Shift by the maximum, so that every exponent is ≤ 0.", lambda z: _lse(z, shift="min")),
-        Mistake("nothing is subtracted before exp: exp overflows for large logits (e^800 is inf in any float "
-                "type). Subtract each row's maximum first.", lambda z: _lse(z, shift="none")),
         Mistake("the shift is the row's first entry, not its maximum: another entry can be far larger and "
                 "overflow.", lambda z: _lse(z, shift="first")),
-        Mistake("the exponentials are averaged (mean); log-sum-exp sums them.", lambda z: _lse(z, reduce="mean")),
         Mistake("the result keeps the reduced dimension: return shape (...) — one value per row — not (..., 1).",
                 lambda z: _lse(z, keepdim=True)),
     ],
     forbid=Forbid(operations=("logsumexp", "log_softmax", "softmax"), modules=(ref,)),
-    hint="Compare your function with the given one line by line on the failing batch, and print m.",
+    hint="Run your function and the given one on the failing input, and print each intermediate tensor with "
+         "its dtype.",
 )
 
 check_logsumexp = LOGSUMEXP.checker(
-    """Check ``logsumexp(z)``: log Σⱼ exp(z_j) over the last dimension, shape (...), stable for logits of
-    any size and for rows at very different levels, in z's dtype.""")
+    """Check ``logsumexp(z)``: log Σⱼ exp(z_j) over the last dimension, shape (...), in z's dtype, finite and
+    accurate for float16 logits over vocabularies of any size, stable for logits of any size and for rows at
+    very different levels.""")
 
 
 # --- Task 4: label smoothing ------------------------------------------------------------------------------

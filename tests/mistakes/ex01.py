@@ -104,48 +104,70 @@ def predictions():
     return {"dyadic_bits": 1.75, "init_loss_nats": ..., "kl_impossible": math.inf, "ppl_two_tokens": 4.0}
 '''),
     # --- Task 3: logsumexp ----------------------------------------------------------------------------
-    Wrong("logsumexp-answer", "still what the given version computes", '''
-def logsumexp(z):
-    m = z.max()
-    return m + torch.log(torch.exp(z - m).sum(dim=-1))
-'''),
-    Wrong("logsumexp-answer", "not added back", '''
+    Wrong("logsumexp-answer", "still overflows float16", '''
 def logsumexp(z):
     m = z.amax(dim=-1, keepdim=True)
-    return torch.log(torch.exp(z - m).sum(dim=-1))
+    total = torch.exp(z - m).sum(dim=-1, keepdim=True)
+    return (m + torch.log(total)).squeeze(-1)
 '''),
-    Wrong("logsumexp-answer", "nothing is subtracted before exp", '''
-def logsumexp(z):
-    return torch.log(torch.exp(z).sum(dim=-1))
-'''),
-    Wrong("logsumexp-answer", "the shift is each row's minimum", '''
-def logsumexp(z):
-    m = z.amin(dim=-1, keepdim=True)
-    return (m + torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))).squeeze(-1)
-'''),
-    Wrong("logsumexp-answer", "the largest |z|", '''
-def logsumexp(z):
-    m = z.abs().amax(dim=-1, keepdim=True)  # the largest magnitude, whatever its sign
-    return (m + torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))).squeeze(-1)
-'''),
-    Wrong("logsumexp-answer", "keeps the reduced dimension", '''
+    Wrong("logsumexp-answer", "still overflows float16", '''
 def logsumexp(z):
     m = z.amax(dim=-1, keepdim=True)
-    return m + torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))
+    total = torch.exp(z.float() - m.float()).sum(dim=-1, keepdim=True)  # sum in float32
+    total = total.to(z.dtype)  # back to the input's dtype
+    return (m + torch.log(total)).squeeze(-1)
 '''),
-    Wrong("logsumexp-answer", "keepdim=True", '''
+    Wrong("logsumexp-answer", "capped at float16's largest value", '''
 def logsumexp(z):
-    m = z.max(dim=-1).values
-    return m + torch.log(torch.exp(z - m).sum(dim=-1))
+    m = z.amax(dim=-1, keepdim=True)
+    total = torch.exp(z - m).sum(dim=-1, keepdim=True)
+    total = torch.nan_to_num(total)  # inf -> the largest finite number
+    return (m + torch.log(total)).squeeze(-1)
 '''),
     Wrong("logsumexp-answer", "are averaged", '''
 def logsumexp(z):
     m = z.amax(dim=-1, keepdim=True)
-    return (m + torch.log(torch.exp(z - m).mean(dim=-1, keepdim=True))).squeeze(-1)
+    total = torch.exp(z - m).mean(dim=-1, keepdim=True)  # a mean cannot exceed 1
+    return (m + torch.log(total)).squeeze(-1)
+'''),
+    Wrong("logsumexp-answer", "it should be float16", '''
+def logsumexp(z):
+    if z.dtype == torch.float16:
+        z = z.float()  # float32 has the range
+    m = z.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))).squeeze(-1)
+'''),
+    Wrong("logsumexp-answer", "nothing is subtracted before exp", '''
+def logsumexp(z):
+    # float64 is wide enough that no shift is needed
+    return torch.log(torch.exp(z.double()).sum(dim=-1)).to(z.dtype)
+'''),
+    Wrong("logsumexp-answer", "of the WHOLE batch", '''
+def logsumexp(z):
+    m = z.max()  # the largest logit
+    return m + torch.log(torch.exp(z - m).sum(dim=-1))
+'''),
+    Wrong("logsumexp-answer", "not added back", '''
+def logsumexp(z):
+    x = z.float()
+    m = x.amax(dim=-1, keepdim=True)
+    return torch.log(torch.exp(x - m).sum(dim=-1)).to(z.dtype)
+'''),
+    Wrong("logsumexp-answer", "keeps the reduced dimension", '''
+def logsumexp(z):
+    x = z.float()
+    m = x.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).to(z.dtype)
+'''),
+    Wrong("logsumexp-answer", "keepdim=True", '''
+def logsumexp(z):
+    x = z.float()
+    m = x.max(dim=-1).values
+    return (m + torch.log(torch.exp(x - m).sum(dim=-1))).to(z.dtype)
 '''),
     Wrong("logsumexp-answer", "torch's `logsumexp`", '''
 def logsumexp(z):
-    return z.logsumexp(dim=-1)
+    return z.float().logsumexp(dim=-1).to(z.dtype)
 '''),
     # --- Task 4: label smoothing ----------------------------------------------------------------------
     Wrong("smoothing-answer", "V − 1 OTHER tokens", '''
