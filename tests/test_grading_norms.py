@@ -39,15 +39,22 @@ def test_the_second_moment_merge_loses_float32_precision_only_within_tolerance()
 
 
 def test_predictions_within_rounding_pass_and_wrong_types_are_named():
-    check_norm_predictions(lambda: {"fp16_no_upcast": 0, "fp16_upcast": 0.9999999, "layer_norm_of_constant": 0.0,
-                                    "gain_ratio": 1e3})
+    check_norm_predictions(lambda: {"fp16_outlier": 0, "fp16_outlier_upcast": 8 / 300, "layer_norm_of_constant": 0.0,
+                                    "half_rms_input": 5.7735e-4})
     with pytest.raises(GradingError, match="should return a dict"):
         check_norm_predictions(lambda: [0, 1, 0, 1000])
     with pytest.raises(GradingError, match="has no value for"):
-        check_norm_predictions(lambda: {"fp16_no_upcast": 0.0})
+        check_norm_predictions(lambda: {"fp16_outlier": 0.0})
     with pytest.raises(GradingError, match="should be a number"):
-        check_norm_predictions(lambda: {"fp16_no_upcast": "0", "fp16_upcast": 1, "layer_norm_of_constant": 0,
-                                        "gain_ratio": 1000})
+        check_norm_predictions(lambda: {"fp16_outlier": "0", "fp16_outlier_upcast": 0.0267,
+                                        "layer_norm_of_constant": 0, "half_rms_input": 5.77e-4})
+
+
+def test_a_prediction_near_a_small_true_value_is_judged_relatively():
+    """half_rms_input is of order 1e-4: a tolerance in absolute terms would accept nearly anything."""
+    with pytest.raises(GradingError, match="half_rms_input"):
+        check_norm_predictions(lambda: {"fp16_outlier": 0, "fp16_outlier_upcast": 8 / 300,
+                                        "layer_norm_of_constant": 0.0, "half_rms_input": 6e-4})
 
 
 def test_backward_through_the_aten_layer_norm_is_refused():

@@ -251,42 +251,55 @@ check_merge_moments = MERGE_MOMENTS.checker(
 
 # --- Task 4: predictions ----------------------------------------------------------------------------------
 
+_D_OUTLIER = 64  # width of the float16 vector: one entry 300, the others 1
+_RMS_OF_OUTLIER_VECTOR = ((300.0**2 + (_D_OUTLIER - 1)) / _D_OUTLIER) ** 0.5  # in exact arithmetic
 
 # Wrong predictions that reveal a specific misunderstanding, key by key.
 _WRONG_PREDICTIONS = {
-    "fp16_no_upcast": [
-        (1.0, "300² = 90,000 does not fit in float16 (its largest value is 65,504): x² overflows to inf, "
-              "so mean(x²) is inf — what is x times rsqrt(inf)?"),
-        (float("nan"), "nothing here is 0/0 or inf − inf: x² is inf, rsqrt(inf) is 0, and 300 × 0 is 0."),
+    "fp16_outlier": [
+        (1 / _RMS_OF_OUTLIER_VECTOR, "that is what the norm gives with its statistics in float32. Computed entirely "
+                                     "in float16, 300² = 90,000 does not fit (float16 stops at 65,504): one "
+                                     "square is inf, so mean(x²) is inf for the whole vector — what is 1 times "
+                                     "rsqrt(inf)?"),
+        (1.0, "every entry is divided by the RMS of the WHOLE vector, not by its own size — and here that RMS "
+              "is not even finite in float16."),
+        (float("nan"), "nothing here is 0/0 or inf − inf: mean(x²) is inf, rsqrt(inf) is 0, and 1 × 0 is 0."),
     ],
-    "fp16_upcast": [
-        (0.0, "with the statistics in float32, 90,000 is an ordinary number: the norm works as intended."),
-        (300.0, "RMSNorm divides each entry by the root mean square of the vector; here all entries are equal."),
+    "fp16_outlier_upcast": [
+        (0.0, "with the statistics in float32, 90,000 is an ordinary number: only the all-float16 computation "
+              "overflows."),
+        (1.0, "RMSNorm divides every entry by the RMS of the whole vector, and the one large entry dominates "
+              "that RMS."),
+        (1 / 300.0, "the RMS is the square root of the MEAN of the squares: divide their sum by D = 64 before "
+                    "taking the root; it is not the largest entry either."),
     ],
     "layer_norm_of_constant": [
         (1.0, "LayerNorm subtracts the mean first: every entry of a constant vector equals its mean."),
         (5.0, "LayerNorm subtracts the mean first: every entry of a constant vector equals its mean."),
         (float("nan"), "ε keeps the division finite: (x − μ) / sqrt(0 + ε) is 0 / sqrt(ε)."),
     ],
-    "gain_ratio": [
-        (1e6, "that is the largest gain of the outside convention alone (1/ε); the question asks for the "
-              "ratio of the two largest gains, 1/ε against 1/sqrt(ε)."),
-        (1e3 ** 0.5, "the largest gains are 1/ε (outside) and 1/sqrt(ε) (inside): their ratio is 1/sqrt(ε)."),
-        (1e-3, "the ratio is upside down: the outside convention has the LARGER gain near zero."),
+    "half_rms_input": [
+        (1e-3, "at rms(x) = √ε the output has RMS 1/√2, not ½: solve rms / sqrt(rms² + ε) = ½ for the rms."),
+        (1e-6, "that is where the OUTSIDE convention, rms / (rms + ε), reaches ½; with ε inside the root, "
+               "solve rms / sqrt(rms² + ε) = ½."),
+        (0.5e-3, "the rms² in the denominator matters here: square both sides of rms / sqrt(rms² + ε) = ½ and "
+                 "solve for rms²."),
+        (1e-6 / 3, "that is the mean square rms²; the question asks for the root mean square."),
     ],
 }
 
 
 def _true_predictions() -> dict[str, float]:
-    x16 = torch.full((1, 64), 300.0, dtype=torch.float16)
-    no_upcast = x16 * torch.rsqrt(x16.pow(2).mean(-1, keepdim=True) + 1e-6)  # all in float16
+    x16 = torch.ones(1, _D_OUTLIER, dtype=torch.float16)
+    x16[0, 0] = 300.0  # one large activation among ones
+    all_half = x16 * torch.rsqrt(x16.pow(2).mean(-1, keepdim=True) + 1e-6)  # every step in float16
     constant = torch.full((1, 8), 5.0, dtype=torch.float64)
     eps = 1e-6
     return {
-        "fp16_no_upcast": float(no_upcast[0, 0]),
-        "fp16_upcast": float(ref.rms_norm(x16, eps=1e-6)[0, 0]),
+        "fp16_outlier": float(all_half[0, 1]),
+        "fp16_outlier_upcast": float(ref.rms_norm(x16, eps=1e-6)[0, 1]),  # float32 statistics, cast back
         "layer_norm_of_constant": float(ref.layer_norm(constant, eps=1e-5)[0, 0]),
-        "gain_ratio": (1 / eps) / (1 / eps ** 0.5),
+        "half_rms_input": (eps / 3) ** 0.5,  # ρ / sqrt(ρ² + ε) = 1/2  ⇔  4ρ² = ρ² + ε
     }
 
 
@@ -295,10 +308,11 @@ NORM_PREDICTIONS = predictions_task(
     wrong=_WRONG_PREDICTIONS,
     seed=504,
     rtol=1e-3,
-    atol=1e-3,
+    atol={"fp16_outlier": 1e-3, "fp16_outlier_upcast": 1e-5, "layer_norm_of_constant": 1e-3,
+          "half_rms_input": 1e-9},
     advice="Work it out on paper first, then run the experiment below.",
 )
 
 check_norm_predictions = NORM_PREDICTIONS.checker(
-    """Check ``predictions() -> dict``: RMSNorm of 300·1 in float16 without and with float32 statistics,
-    LayerNorm of a constant vector, and the ratio of the largest gains of ε outside vs inside the root.""")
+    """Check ``predictions() -> dict``: RMSNorm in float16 of a vector with one large entry, without and with
+    float32 statistics, LayerNorm of a constant vector, and the input RMS at which RMSNorm's output has RMS ½.""")

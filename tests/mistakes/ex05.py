@@ -213,38 +213,70 @@ def merge_moments(count_a, mean_a, var_a, count_b, mean_b, var_b):
     return count, mean, var
 '''),
     # --- Task 4: predictions -------------------------------------------------------------------------
-    Wrong("predictions-answer", "does not fit in float16", '''
+    Wrong("predictions-answer", "does not fit (float16 stops at 65,504)", '''
 def predictions():
-    return {"fp16_no_upcast": 1.0, "fp16_upcast": 1.0, "layer_norm_of_constant": 0.0, "gain_ratio": 1000.0}
+    return {"fp16_outlier": 1 / math.sqrt((300**2 + 63) / 64),
+            "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6 / 3)}
+'''),
+    Wrong("predictions-answer", "RMS of the WHOLE vector", '''
+def predictions():
+    return {"fp16_outlier": 1.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
     Wrong("predictions-answer", "nothing here is 0/0", '''
 def predictions():
-    return {"fp16_no_upcast": float("nan"), "fp16_upcast": 1.0, "layer_norm_of_constant": 0.0,
-            "gain_ratio": 1000.0}
+    return {"fp16_outlier": float("nan"), "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
-    Wrong("predictions-answer", "with the statistics in float32", '''
+    Wrong("predictions-answer", "with the statistics in float32, 90,000 is an ordinary number", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 0.0, "layer_norm_of_constant": 0.0, "gain_ratio": 1000.0}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 0.0, "layer_norm_of_constant": 0.0,
+            "half_rms_input": math.sqrt(1e-6 / 3)}
+'''),
+    Wrong("predictions-answer", "the one large entry dominates", '''
+def predictions():
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1.0, "layer_norm_of_constant": 0.0,
+            "half_rms_input": math.sqrt(1e-6 / 3)}
+'''),
+    Wrong("predictions-answer", "the MEAN of the squares", '''
+def predictions():
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt(300**2 + 63),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
     Wrong("predictions-answer", "subtracts the mean first", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 1.0, "layer_norm_of_constant": 1.0, "gain_ratio": 1000.0}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 1.0, "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
     Wrong("predictions-answer", "ε keeps the division finite", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 1.0, "layer_norm_of_constant": float("nan"),
-            "gain_ratio": 1000.0}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": float("nan"), "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
-    Wrong("predictions-answer", "the outside convention alone", '''
+    Wrong("predictions-answer", "the output has RMS 1/√2", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 1.0, "layer_norm_of_constant": 0.0, "gain_ratio": 1e6}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6)}
 '''),
-    Wrong("predictions-answer", "upside down", '''
+    Wrong("predictions-answer", "the OUTSIDE convention", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 1.0, "layer_norm_of_constant": 0.0, "gain_ratio": 0.001}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": 1e-6}
+'''),
+    Wrong("predictions-answer", "the rms² in the denominator matters", '''
+def predictions():
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": math.sqrt(1e-6) / 2}
+'''),
+    Wrong("predictions-answer", "that is the mean square", '''
+def predictions():
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": 0.0, "half_rms_input": 1e-6 / 3}
 '''),
     Wrong("predictions-answer", "still empty", '''
 def predictions():
-    return {"fp16_no_upcast": 0.0, "fp16_upcast": 1.0, "layer_norm_of_constant": ..., "gain_ratio": 1000.0}
+    return {"fp16_outlier": 0.0, "fp16_outlier_upcast": 1 / math.sqrt((300**2 + 63) / 64),
+            "layer_norm_of_constant": ..., "half_rms_input": math.sqrt(1e-6 / 3)}
 '''),
 ]
