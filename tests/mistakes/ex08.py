@@ -14,7 +14,7 @@ def count_params(config):
     norms = 2 * D
     return config.n_layers * (attention + ffn + norms) + V * D + D + V * D
 '''),
-    Wrong("count-answer", "attention is still 4·D²", '''
+    Wrong("count-answer", "w_k and w_v are counted as D × d_model", '''
 def count_params(config):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     attention = 4 * D * D
@@ -25,7 +25,7 @@ def count_params(config):
         return blocks + V * D + D
     return blocks + 2 * V * D + D
 '''),
-    Wrong("count-answer", "a tied model still gets its own LM head", '''
+    Wrong("count-answer", "a tied model gets its own LM head", '''
 def count_params(config):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     q = config.n_heads * config.head_dim
@@ -34,7 +34,7 @@ def count_params(config):
     blocks = config.n_layers * (attention + 3 * D * F + 2 * D)
     return blocks + V * D + D + V * D
 '''),
-    Wrong("count-answer", "assumes head_dim = D / n_heads", '''
+    Wrong("count-answer", "that assumes head_dim = d_model / n_heads", '''
 def count_params(config):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     kv_dim = D * config.n_kv_heads // config.n_heads  # K and V are n_kv/n_heads as wide
@@ -43,7 +43,7 @@ def count_params(config):
     head = 0 if config.tie_embeddings else V * D
     return blocks + V * D + D + head
 '''),
-    Wrong("count-answer", "need not equal D when head_dim is given", '''
+    Wrong("count-answer", "w_q and w_o are counted as D × d_model", '''
 def count_params(config):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     kv = config.n_kv_heads * config.head_dim
@@ -52,7 +52,7 @@ def count_params(config):
     head = 0 if config.tie_embeddings else V * D
     return blocks + V * D + D + head
 '''),
-    Wrong("count-answer", "which way round", '''
+    Wrong("count-answer", "ties are the wrong way round", '''
 def count_params(config):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     q = config.n_heads * config.head_dim
@@ -94,6 +94,74 @@ from course_lib import counting
 def count_params(config):
     return counting.count_params(config).total
 '''),
+    Wrong("count-answer", "biases? The linear layers of a Llama-style block have none", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    attention = (D * q + q) + 2 * (D * kv + kv) + (q * D + D)  # each projection with its bias
+    ffn = 2 * (D * F + F) + (F * D + D)
+    blocks = config.n_layers * (attention + ffn + 2 * D)
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + V * D + D + head
+'''),
+    Wrong("count-answer", "each norm is counted with two vectors of d_model (a gain and a bias)", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    norm = 2 * D  # a norm has a gain and a bias
+    blocks = config.n_layers * (2 * D * q + 2 * D * kv + 3 * D * F + 2 * norm)
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + V * D + norm + head
+'''),
+    Wrong("count-answer", "(max_seq_len, D) table", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    blocks = config.n_layers * (2 * D * q + 2 * D * kv + 3 * D * F + 2 * D)
+    embeddings = V * D + config.max_seq_len * D  # tokens and positions
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + embeddings + D + head
+'''),
+    Wrong("count-answer", "the final norm is counted in every block", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    per_block = 2 * D * q + 2 * D * kv + 3 * D * F + 3 * D  # two norms and the final one
+    head = 0 if config.tie_embeddings else V * D
+    return config.n_layers * per_block + V * D + head
+'''),
+    Wrong("count-answer", "does not change with config.d_ff", '''
+def count_params(config):
+    D, V = config.d_model, config.vocab_size
+    F = 256 * ((8 * D // 3 + 255) // 256)  # Llama's hidden width
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    blocks = config.n_layers * (2 * D * q + 2 * D * kv + 3 * D * F + 2 * D)
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + V * D + D + head
+'''),
+    Wrong("count-answer", "w_k and w_v are counted as D × head_dim (one head)", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    q = config.n_heads * config.head_dim
+    kv = config.head_dim  # keys and values: one head's width, shared by the query heads
+    blocks = config.n_layers * (2 * D * q + 2 * D * kv + 3 * D * F + 2 * D)
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + V * D + D + head
+'''),
+    Wrong("count-answer", "w_q and w_o are counted as D × n_kv_heads · head_dim", '''
+def count_params(config):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    kv = config.n_kv_heads * config.head_dim
+    attention = 4 * D * kv  # q, k, v, o
+    blocks = config.n_layers * (attention + 3 * D * F + 2 * D)
+    head = 0 if config.tie_embeddings else V * D
+    return blocks + V * D + D + head
+'''),
     # --- Task 2: moe_params (extend) -------------------------------------------------------------------
     Wrong("moe-answer", "the router is missing", '''
 def moe_params(config, n_experts, top_k):
@@ -116,7 +184,7 @@ def moe_params(config, n_experts, top_k):
     active = config.n_layers * (attention + 2 * D + top_k * expert) + tables  # only experts run
     return total, active
 '''),
-    Wrong("moe-answer", "the active count has only the experts", '''
+    Wrong("moe-answer", "the active count leaves out parts every token uses", '''
 def moe_params(config, n_experts, top_k):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
@@ -156,7 +224,7 @@ def moe_params(config, n_experts, top_k):
     total = rest + config.n_layers * n_experts * 3 * D * F
     return active, total
 '''),
-    Wrong("moe-answer", "three matrices", '''
+    Wrong("moe-answer", "each expert is a SwiGLU FFN with three D × d_ff matrices", '''
 def moe_params(config, n_experts, top_k):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
@@ -167,7 +235,7 @@ def moe_params(config, n_experts, top_k):
     active = config.n_layers * (attention + 2 * D + top_k * expert + router) + tables
     return total, active
 '''),
-    Wrong("moe-answer", "Task 1's bug", '''
+    Wrong("moe-answer", "outside the FFNs, w_q and w_o are counted as D × d_model", '''
 def moe_params(config, n_experts, top_k):
     D, F, V = config.d_model, config.d_ff, config.vocab_size
     attention = 4 * D * D
@@ -176,6 +244,73 @@ def moe_params(config, n_experts, top_k):
     tables = V * D * (1 if config.tie_embeddings else 2) + D
     total = config.n_layers * (attention + 2 * D + n_experts * expert + router) + tables
     active = config.n_layers * (attention + 2 * D + top_k * expert + router) + tables
+    return total, active
+'''),
+    Wrong("moe-answer", "the router is a linear map without bias", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    expert = 3 * D * F
+    router = D * n_experts + n_experts  # a linear layer with its bias
+    tables = V * D * (1 if config.tie_embeddings else 2) + D
+    total = config.n_layers * (attention + 2 * D + n_experts * expert + router) + tables
+    active = config.n_layers * (attention + 2 * D + top_k * expert + router) + tables
+    return total, active
+'''),
+    Wrong("moe-answer", "one router for the whole model", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    expert = 3 * D * F
+    router = D * n_experts  # one router decides for the whole model
+    tables = V * D * (1 if config.tie_embeddings else 2) + D
+    total = config.n_layers * (attention + 2 * D + n_experts * expert) + router + tables
+    active = config.n_layers * (attention + 2 * D + top_k * expert) + router + tables
+    return total, active
+'''),
+    Wrong("moe-answer", "one set of experts for the whole model", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    experts = n_experts * 3 * D * F  # the expert pool, shared by the blocks
+    router = D * n_experts
+    tables = V * D * (1 if config.tie_embeddings else 2) + D
+    total = config.n_layers * (attention + 2 * D + router) + experts + tables
+    active = config.n_layers * (attention + 2 * D + router) + top_k * 3 * D * F + tables
+    return total, active
+'''),
+    Wrong("moe-answer", "the router maps D to n_experts scores", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    expert = 3 * D * F
+    router = D * top_k  # it scores the experts a token uses
+    tables = V * D * (1 if config.tie_embeddings else 2) + D
+    total = config.n_layers * (attention + 2 * D + n_experts * expert + router) + tables
+    active = config.n_layers * (attention + 2 * D + top_k * expert + router) + tables
+    return total, active
+'''),
+    Wrong("moe-answer", "the total scales the active count by n_experts / top_k", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    expert = 3 * D * F
+    router = D * n_experts
+    tables = V * D * (1 if config.tie_embeddings else 2) + D
+    active = config.n_layers * (attention + 2 * D + top_k * expert + router) + tables
+    total = active * n_experts // top_k  # n_experts / top_k times as many experts
+    return total, active
+'''),
+    Wrong("moe-answer", "the active count leaves out the (V, D) embedding table", '''
+def moe_params(config, n_experts, top_k):
+    D, F, V = config.d_model, config.d_ff, config.vocab_size
+    attention = 2 * D * config.n_heads * config.head_dim + 2 * D * config.n_kv_heads * config.head_dim
+    expert = 3 * D * F
+    router = D * n_experts
+    head = 0 if config.tie_embeddings else V * D
+    total = config.n_layers * (attention + 2 * D + n_experts * expert + router) + V * D + D + head
+    # the embedding is a lookup, not a matrix product: no token "uses" its weights
+    active = config.n_layers * (attention + 2 * D + top_k * expert + router) + D + head
     return total, active
 '''),
     # --- Task 3: window_core_flops (extend) -------------------------------------------------------------
@@ -221,7 +356,7 @@ def window_core_flops(config, seq_len, window=None):
         kept = W * (W + 1) // 2 + (T - W) * W
     return config.n_heads * kept * (4 * config.head_dim + 5)
 '''),
-    Wrong("window-answer", "computed by all n_heads query heads", '''
+    Wrong("window-answer", "every one of the n_heads query heads computes its own", '''
 def window_core_flops(config, seq_len, window=None):
     W = seq_len if window is None else window
     kept = sum(min(i + 1, W) for i in range(seq_len))
@@ -248,13 +383,61 @@ def window_core_flops(config, seq_len, window=None):
     kept = sum(min(i + 1, W) for i in range(seq_len))
     return config.n_heads * kept * (2 * config.head_dim + 5)
 '''),
+    Wrong("window-answer", "the softmax is counted once per query row", '''
+def window_core_flops(config, seq_len, window=None):
+    T, W = seq_len, window
+    kept = T * (T + 1) // 2 if W is None or W >= T else W * (W + 1) // 2 + (T - W) * W
+    products = kept * 4 * config.head_dim  # QK^T and AV
+    softmax = 5 * T  # one softmax per query row
+    return config.n_heads * (products + softmax)
+'''),
+    Wrong("window-answer", "your count changes with d_model: the head width is config.head_dim", '''
+def window_core_flops(config, seq_len, window=None):
+    d_head = config.d_model // config.n_heads
+    W = seq_len if window is None else window
+    kept = sum(min(i + 1, W) for i in range(seq_len))
+    return config.n_heads * kept * (4 * d_head + 5)
+'''),
+    Wrong("window-answer", "your count lets the window reach forward too", '''
+def window_core_flops(config, seq_len, window=None):
+    kept = 0
+    for i in range(seq_len):
+        for j in range(seq_len):
+            if j <= i and (window is None or abs(i - j) < window):
+                kept += 1
+            elif window is not None and j > i and j - i < window:
+                kept += 1  # the window reaches both ways
+    return config.n_heads * kept * (4 * config.head_dim + 5)
+'''),
+    Wrong("window-answer", "your count grows with n_layers", '''
+def window_core_flops(config, seq_len, window=None):
+    W = seq_len if window is None else window
+    kept = sum(min(i + 1, W) for i in range(seq_len))
+    per_layer = config.n_heads * kept * (4 * config.head_dim + 5)
+    return config.n_layers * per_layer
+'''),
+    Wrong("window-answer", "your count changes with n_kv_heads", '''
+def window_core_flops(config, seq_len, window=None):
+    W = seq_len if window is None else window
+    kept = sum(min(i + 1, W) for i in range(seq_len))
+    scores = config.n_heads * kept * (2 * config.head_dim + 5)  # QK^T and softmax, every query head
+    mix = config.n_kv_heads * kept * 2 * config.head_dim  # AV, once per value head
+    return scores + mix
+'''),
+    Wrong("window-answer", "your count is twice the right one", '''
+def window_core_flops(config, seq_len, window=None):
+    W = seq_len if window is None else window
+    kept = sum(min(i + 1, W) for i in range(seq_len))
+    forward = config.n_heads * kept * (4 * config.head_dim + 5)
+    return 2 * forward  # a multiply and an add for each term
+'''),
     # --- Task 4: predictions ----------------------------------------------------------------------------
     Wrong("predictions-answer", "rule of thumb", '''
 def predictions():
     return {"llama_2_13b_params_b": (12 * 40 * 5120**2 + 2 * 32_000 * 5120) / 1e9,
             "kv_cache_gib": 4.0, "max_train_params_b": 5.0, "train_flops_e21": 80.86}
 '''),
-    Wrong("predictions-answer", "does not tie", '''
+    Wrong("predictions-answer", "one (V, D) table too few", '''
 def predictions():
     D, F, V, N = 5120, 13_824, 32_000, 40
     n = N * (4 * D * D + 3 * D * F + 2 * D) + V * D + D
@@ -283,7 +466,7 @@ def predictions():
     return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 80 / 2,
             "train_flops_e21": 80.86}
 '''),
-    Wrong("predictions-answer", "come on top", '''
+    Wrong("predictions-answer", "leaves out the 16-bit weights and the 16-bit gradients", '''
 def predictions():
     return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0,
             "max_train_params_b": 80 / (4 + 4 + 4), "train_flops_e21": 80.86}
@@ -297,5 +480,52 @@ def predictions():
 def predictions():
     return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 5.0,
             "train_flops_e21": 6 * 7e9 * 2e12 / 1e21}
+'''),
+    Wrong("predictions-answer", "one D × F FFN matrix per block too few", '''
+def predictions():
+    D, F, V, N = 5120, 13_824, 32_000, 40
+    n = N * (4 * D * D + 2 * D * F + 2 * D) + 2 * V * D + D  # up and down
+    return {"llama_2_13b_params_b": n / 1e9, "kv_cache_gib": 4.0, "max_train_params_b": 5.0,
+            "train_flops_e21": 80.86}
+'''),
+    Wrong("predictions-answer", "every one of the 32 layers keeps its own keys and values", '''
+def predictions():
+    kv = 2 * 8 * 128 * 8192 * 4 * 2  # K and V, kv heads, head width, tokens, batch, bytes
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": kv / 2**30, "max_train_params_b": 5.0,
+            "train_flops_e21": 80.86}
+'''),
+    Wrong("predictions-answer", "that counts bits", '''
+def predictions():
+    kv = 2 * 32 * 8 * 128 * 8192 * 4 * 16  # 16 bits per number
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": kv / 2**30, "max_train_params_b": 5.0,
+            "train_flops_e21": 80.86}
+'''),
+    Wrong("predictions-answer", "it counts the float32 gradients, which the recipe does not keep", '''
+def predictions():
+    # bf16 weights and grads, fp32 master copy and two moments, and fp32 gradients for Adam
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 80 / 20,
+            "train_flops_e21": 80.86}
+'''),
+    Wrong("predictions-answer", "use the number of parameters, not the number in billions", '''
+def predictions():
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 5.0,
+            "train_flops_e21": 6 * 6.738 * 2e12 / 1e21}
+'''),
+    Wrong("predictions-answer", "6 in all, not 3", '''
+def predictions():
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 5.0,
+            "train_flops_e21": 3 * 6_738_415_616 * 2e12 / 1e21}
+'''),
+    Wrong("predictions-answer", "it implies 14 bytes per parameter: your answer leaves out the 16-bit gradients", '''
+def predictions():
+    # bf16 weights, fp32 master copy, Adam's m and v: the gradients live in the master copy
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 80 / 14,
+            "train_flops_e21": 80.86}
+'''),
+    Wrong("predictions-answer", "already counts the multiply-add as 2; do not double it", '''
+def predictions():
+    flops_per_token = 2 * 6 * 6_738_415_616  # 6 per parameter, a multiply and an add each
+    return {"llama_2_13b_params_b": 13.0159, "kv_cache_gib": 4.0, "max_train_params_b": 5.0,
+            "train_flops_e21": flops_per_token * 2e12 / 1e21}
 '''),
 ]
