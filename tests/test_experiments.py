@@ -207,6 +207,21 @@ def test_the_runner_skips_finished_runs_and_reruns_stale_ones(tmp_path, monkeypa
     assert [(row.label, seed) for row, seed in calls] == [("b", 0), ("b", 1)]  # only the stale row
 
 
+def test_a_config_field_added_with_its_default_leaves_records_valid():
+    from course_lib.experiments.runner import same_spec, spec
+
+    grid = tiny_grid()
+    current = spec(grid, grid.rows[0])
+    older = json.loads(json.dumps(current))
+    del older["train_config"]["grad_clip"]  # a record made before the field existed ...
+    del older["model_config"]["dropout"]
+    assert same_spec(older, current)  # ... still describes the run, since both hold defaults
+    changed = spec(grid, Row("a", TINY.replace(dropout=0.1), TINY_RUN))
+    assert not same_spec(older, changed)  # a field set away from its default is a change
+    assert not same_spec(current, spec(grid, Row("a", TINY, TINY_RUN.replace(lr=1e-3))))
+    assert not same_spec(None, current) and not same_spec("spec", current)
+
+
 def test_an_interrupted_grid_resumes_to_the_same_records(tmp_path, monkeypatch):
     grid = tiny_grid()
     real = runner_module.run_one

@@ -29,12 +29,14 @@ import statistics
 import torch
 
 from .._io import write_json
+from ..config import ModelConfig
+from ..training import TrainConfig
 from .grid import Grid, Row
 from .provenance import git_commit, provenance
 from .run import run_one
 from .stats import interpolate_at, paired_difference, summarize
 
-__all__ = ["run_grid", "summarize_grid", "record_path", "load_records", "load_results", "spec",
+__all__ = ["run_grid", "summarize_grid", "record_path", "load_records", "load_results", "spec", "same_spec",
            "default_workers", "RESULTS"]
 
 # The course's committed results, inside the package (chapter 12 reads them, in Colab too).
@@ -55,6 +57,31 @@ def spec(grid: Grid, row: Row) -> dict:
     }))
 
 
+def _without_defaults(values: dict, cls) -> dict:
+    """``values`` less the fields that hold ``cls``'s default: a field added to a config later,
+    with a default that keeps the old behaviour, leaves the records made before it valid."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    defaults = json.loads(json.dumps(defaults))  # as the record stores them (tuples → lists)
+    return {k: v for k, v in values.items() if k not in defaults or defaults[k] != v}
+
+
+def same_spec(recorded: dict | None, current: dict) -> bool:
+    """Whether a record's ``spec`` describes the run ``current`` describes: equal after dropping the
+    config fields that hold their defaults (see :func:`_without_defaults`)."""
+    if not isinstance(recorded, dict):
+        return False
+
+    def canonical(s: dict) -> dict:
+        out = dict(s)
+        if isinstance(out.get("model_config"), dict):
+            out["model_config"] = _without_defaults(out["model_config"], ModelConfig)
+        if isinstance(out.get("train_config"), dict):
+            out["train_config"] = _without_defaults(out["train_config"], TrainConfig)
+        return out
+
+    return canonical(recorded) == canonical(current)
+
+
 def record_path(out: str | os.PathLike, grid: Grid, row: Row, seed: int) -> str:
     return os.path.join(os.fspath(out), grid.name, "runs", f"{row.slug}-s{seed}.json")
 
@@ -69,7 +96,7 @@ def _read(path: str) -> dict | None:
 
 def _finished(out, grid: Grid, row: Row, seed: int) -> dict | None:
     record = _read(record_path(out, grid, row, seed))
-    if record is None or record.get("spec") != spec(grid, row) or record.get("seed") != seed:
+    if record is None or not same_spec(record.get("spec"), spec(grid, row)) or record.get("seed") != seed:
         return None
     return record
 

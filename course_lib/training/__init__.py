@@ -32,6 +32,8 @@ One concept per file, everything imported from here (``from course_lib.training 
 * ``run_config`` — :class:`TrainConfig`, the run's hyperparameters, validated.
 * ``schedule`` — :func:`lr_at`, warmup then cosine decay.
 * ``optimizer`` — :func:`param_groups` and :func:`make_optimizer`, AdamW with decay on the matrices.
+* ``muon`` — :func:`newton_schulz` and :class:`Muon` (momentum orthogonalised for the blocks'
+  matrices), and :func:`make_muon_optimizer`, Muon with AdamW for everything else.
 * ``step`` — :func:`build_model` (the initial weights) and :func:`train_step` (one step).
 * ``evaluation`` — :func:`evaluate`, :func:`bits_per_char` and :func:`loss_per_position`.
 * ``progress`` — ``progress_bar`` and ``close_progress_bar``.
@@ -46,6 +48,8 @@ from .checkpoints import (CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, m
                           save_checkpoint, train_config_from_dict)
 from .evaluation import LN2, bits_per_char, evaluate, loss_per_position
 from .loop import Trainer, smoke_capped, train_on_batches
+from .muon import (NS_COEFFICIENTS, CombinedOptimizer, Muon, make_muon_optimizer, muon_param_groups,
+                   muon_update, newton_schulz, newton_schulz_band)
 from .optimizer import make_optimizer, param_groups
 from .presets import PRESETS, get_preset
 from .progress import close_progress_bar, progress_bar
@@ -59,6 +63,14 @@ __all__ = [
     "lr_at",
     "param_groups",
     "make_optimizer",
+    "NS_COEFFICIENTS",
+    "newton_schulz",
+    "newton_schulz_band",
+    "muon_update",
+    "Muon",
+    "CombinedOptimizer",
+    "muon_param_groups",
+    "make_muon_optimizer",
     "build_model",
     "train_step",
     "evaluate",
