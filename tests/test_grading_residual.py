@@ -9,65 +9,67 @@ import torch
 import torch.nn as nn
 
 import course_lib
-from course_lib.grading import (GradingError, check_pre_norm_residual, check_pre_norm_residual_backward,
+from course_lib.grading import (GradingError, check_deep_norm_residual, check_pre_norm_residual_backward,
                                 check_residual_predictions, check_residual_scaled_init)
 from grading_helpers import expect_failure, no_values_leak
 
 expect = partial(expect_failure, no_leak=no_values_leak)
 
 
-# --- Task 1: pre_norm_residual ------------------------------------------------------------------------------
+# --- Task 1: deep_norm_residual -----------------------------------------------------------------------------
 
-def rms_norm(x, weight, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-def float32_statistics(x, sublayer, weight, eps=1e-6):  # normalizing in float32 is fine
-    normed = rms_norm(x.float(), weight.float(), eps).to(x.dtype)
-    return x + sublayer(normed)
+def float32_statistics(x, sublayer, weight, bias, alpha, eps=1e-5):  # normalizing in float32 is fine
+    s = (alpha * x + sublayer(x)).float()
+    y = (s - s.mean(-1, keepdim=True)) * torch.rsqrt(s.var(-1, keepdim=True, correction=0) + eps)
+    return (y * weight.float() + bias.float()).to(x.dtype)
 
 
-def llama_style(x, sublayer, weight, eps=1e-6):  # residual = x; h = norm(h); h = f(h); residual + h
-    residual = x
-    h = x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
-    h = sublayer(weight * h)
-    return residual + h
+def deepnet_style(x, sublayer, weight, bias, alpha, eps=1e-5):  # residual scaled, then added, then normed
+    residual = x * alpha
+    h = sublayer(x)
+    h = residual + h
+    centred = h - h.mean(dim=-1, keepdim=True)
+    return weight * centred / torch.sqrt((centred * centred).mean(dim=-1, keepdim=True) + eps) + bias
 
 
-@pytest.mark.parametrize("solution", [float32_statistics, llama_style])
-def test_other_pre_norm_formulations_pass(solution):
-    check_pre_norm_residual(solution)
+@pytest.mark.parametrize("solution", [float32_statistics, deepnet_style])
+def test_other_deep_norm_formulations_pass(solution):
+    check_deep_norm_residual(solution)
 
 
-def test_pre_norm_delegations_are_refused():
-    def via_torch_module(x, f, w, eps=1e-6):
-        norm = nn.RMSNorm(x.shape[-1], eps=eps).to(x.dtype)
+def test_deep_norm_delegations_are_refused():
+    def via_torch_module(x, f, w, b, alpha, eps=1e-5):
+        norm = nn.LayerNorm(x.shape[-1], eps=eps).to(x.dtype)
         with torch.no_grad():
             norm.weight.copy_(w)
-        return x + f(norm(x))
+            norm.bias.copy_(b)
+        return norm(alpha * x + f(x))
 
-    expect(check_pre_norm_residual, via_torch_module, "rms_norm operation")
+    expect(check_deep_norm_residual, via_torch_module, "layer_norm operation")
 
-    def via_course_lib(x, f, w, eps=1e-6):
-        class Wrap(nn.Module):
-            def forward(self, y):
-                return f(y)
+    def via_course_lib(x, f, w, b, alpha, eps=1e-5):
+        return course_lib.norms.layer_norm(alpha * x + f(x), w, b, eps)
 
-        norm = course_lib.norms.RMSNorm(x.shape[-1], eps=eps).to(x.dtype)
-        with torch.no_grad():
-            norm.weight.copy_(w)
-        return course_lib.residual.PreNormResidual(norm, Wrap())(x)
-
-    expect(check_pre_norm_residual, via_course_lib, "course_lib.")
+    expect(check_deep_norm_residual, via_course_lib, "course_lib.")
 
 
-def test_pre_norm_unfinished_and_wrong_kinds_are_reported():
-    def todo(x, sublayer, weight, eps=1e-6):
+def test_deep_norm_unfinished_and_wrong_kinds_are_reported():
+    def todo(x, sublayer, weight, bias, alpha, eps=1e-5):
         raise NotImplementedError()
 
-    expect(check_pre_norm_residual, todo, "not implemented yet")
-    expect(check_pre_norm_residual, 3, "should be a function")
-    expect(check_pre_norm_residual, lambda x, f, w, eps=1e-6: "x plus F", "it should return a tensor")
+    expect(check_deep_norm_residual, todo, "not implemented yet")
+    expect(check_deep_norm_residual, 3, "should be a function")
+    expect(check_deep_norm_residual, lambda x, f, w, b, alpha, eps=1e-5: "LN(αx + F)", "it should return a tensor")
+
+
+def test_a_forgotten_alpha_is_not_taken_for_alpha_on_the_input():
+    """For a linear sublayer LN(αx + F(αx)) = LN(x + F(x)): the first case has a nonlinear one."""
+    def no_alpha(x, f, w, b, alpha, eps=1e-5):
+        s = x + f(x)
+        mu = s.mean(-1, keepdim=True)
+        return (s - mu) / torch.sqrt((s - mu).pow(2).mean(-1, keepdim=True) + eps) * w + b
+
+    expect(check_deep_norm_residual, no_alpha, "α is missing")
 
 
 # --- Task 2: pre_norm_residual_backward ---------------------------------------------------------------------

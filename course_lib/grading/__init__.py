@@ -31,7 +31,7 @@ from .model import (check_lm_forward, check_next_token_probs, check_sample_gener
 from .norms import check_layer_norm, check_merge_moments, check_norm_predictions, check_rms_norm_backward
 from .positional import (check_apply_rope, check_position_predictions, check_sinusoidal_encoding,
                          check_sinusoidal_shift_matrix)
-from .residual import (check_pre_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
+from .residual import (check_deep_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
                        check_residual_scaled_init)
 from .training import (check_evaluate_loss, check_learning_rate, check_sampling_probs, check_train_step,
                        check_training_predictions)
@@ -48,7 +48,7 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions",
            "check_lm_forward", "check_next_token_probs", "check_sample_generate", "check_tied_embedding_grad",
            "check_saved_bytes", "check_gpt_block_saved_bytes", "check_checkpointed", "check_memory_predictions",
-           "check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
+           "check_deep_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions",
            "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
            "check_attend_with_window",

@@ -1,6 +1,6 @@
 """Checkers for exercise 06 (the residual stream).
 
-1. ``pre_norm_residual`` — implement a pre-norm residual sublayer, x + F(RMSNorm(x)), norm included.
+1. ``deep_norm_residual`` — implement DeepNet's residual sublayer, LayerNorm(α · x + F(x)), norm included.
 2. ``pre_norm_residual_backward`` — derive the gradient through it for a linear sublayer (the identity
    plus the path through the sublayer and the norm) and the gradient of the sublayer's matrix.
 3. ``residual_scaled_init_`` — find and fix the bug in a given GPT-2 initialisation.
@@ -21,7 +21,7 @@ from ._predictions import predictions_task
 from ._core import Case, Forbid, Mistake, Task, TensorOutput, TupleOutput, describe
 from ._watch import paused
 
-__all__ = ["check_pre_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
+__all__ = ["check_deep_norm_residual", "check_pre_norm_residual_backward", "check_residual_scaled_init",
            "check_residual_predictions"]
 
 _LIBRARY = (norms, residual, init_ref)
@@ -31,21 +31,7 @@ def _randn(gen, *shape, scale=1.0, dtype=torch.float64):
     return (scale * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
 
 
-def _rms_norm(x, weight, eps, *, eps_outside=False, all_dims=False, centre=False):
-    """RMSNorm with one knob turned: what a solution with that mistake computes."""
-    if centre:
-        x = x - x.mean(-1, keepdim=True)  # LayerNorm's centring, which RMSNorm does not do
-    dims = tuple(range(x.dim())) if all_dims else (-1,)
-    ms = x.pow(2).mean(dims, keepdim=True)
-    y = x / (ms.sqrt() + eps if eps_outside else torch.sqrt(ms + eps))
-    return y if weight is None else y * weight
-
-
-# --- Task 1: the pre-norm residual sublayer -----------------------------------------------------------
-
-def _pre_norm_reference(x, sublayer, weight, eps=1e-6):
-    return x + sublayer(norms.rms_norm(x, weight, eps))
-
+# --- Task 1: the DeepNorm residual sublayer --------------------------------------------------------------
 
 def _linear(gen, d):
     a = _randn(gen, d, d) / math.sqrt(d)
@@ -78,67 +64,106 @@ _SUBLAYERS = {"a linear map": _linear, "a small MLP": _mlp, "a gated (SwiGLU-lik
               "the zero function": lambda gen, d: torch.zeros_like}
 
 
-def _pre_norm_cases(gen) -> list[Case]:
+def _layer_norm(s, weight, bias, eps, *, unbiased=False, eps_outside=False, centre=True, all_dims=False):
+    """LayerNorm with one knob turned: what a solution with that mistake computes."""
+    dims = tuple(range(s.dim())) if all_dims else (-1,)
+    mu = s.mean(dims, keepdim=True) if centre else torch.zeros_like(s)
+    var = (s - mu).pow(2).sum(dims, keepdim=True) / (_count(s, dims) - (1 if unbiased else 0))
+    y = (s - mu) / (var.sqrt() + eps if eps_outside else torch.sqrt(var + eps))
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
+
+
+def _count(s, dims) -> int:
+    return math.prod(s.shape[d] for d in dims)
+
+
+def _deep_norm(x, f, w, b, alpha, eps=1e-5, *, skip="alpha x", reads="x", norm_kw=None, after=False):
+    """LayerNorm(α x + F(x)) with one part changed, as a student's slip would change it."""
+    norm_kw = norm_kw or {}
+    if reads == "x":
+        read = x
+    elif reads == "alpha x":
+        read = alpha * x
+    else:  # a normalized copy, as in pre-norm
+        read = _layer_norm(x, w, b, eps)
+    update = f(read)
+    if skip == "pre-norm":  # α x + F(LN(x)): the stream is never normalized
+        return alpha * x + update
+    base = {"alpha x": alpha * x, "x": x}[skip]
+    branch = alpha * update if skip == "x" and not after else update
+    if after:  # α applied to the normalized sum
+        return alpha * _layer_norm(x + update, w, b, eps, **norm_kw)
+    return _layer_norm(base + branch, w, b, eps, **norm_kw)
+
+
+def _deep_norm_reference(x, sublayer, weight, bias, alpha, eps=1e-5):
+    return norms.layer_norm(alpha * x + sublayer(x), weight, bias, eps)
+
+
+def _deep_norm_cases(gen) -> list[Case]:
     cases = []
-    for shape, dtype, scale, eps, kind in [
-        ((8,), torch.float64, 3.0, 1e-6, "a linear map"),
-        ((5, 16), torch.float64, 3.0, 1e-6, "a small MLP"),
-        ((2, 6, 16), torch.float64, 0.5, 1e-5, "a gated (SwiGLU-like) FFN"),
-        ((3, 4, 32), torch.float32, 4.0, 1e-6, "a small MLP"),
-        ((2, 5, 8), torch.float64, 0.2, 0.1, "a linear map"),
-        ((4, 8), torch.float64, 3.0, 1e-6, "a sublayer that ignores its input (a constant)"),
-        ((2, 3, 8), torch.float64, 2.0, 1e-6, "the zero function"),
+    for shape, dtype, scale, alpha, eps, kind in [
+        ((5, 16), torch.float64, 1.0, 1.5, 1e-5, "a small MLP"),  # first: F(αx) ≠ αF(x) for an MLP
+        ((8,), torch.float64, 1.0, 2.0, 1e-5, "a linear map"),
+        ((2, 6, 16), torch.float64, 0.5, 3.0, 1e-5, "a gated (SwiGLU-like) FFN"),
+        ((3, 4, 32), torch.float32, 2.0, 1.8, 1e-5, "a small MLP"),
+        ((2, 5, 8), torch.float64, 0.01, 2.5, 0.1, "a linear map"),
+        ((4, 8), torch.float64, 1.0, 1.7, 1e-5, "a sublayer that ignores its input (a constant)"),
+        ((2, 3, 8), torch.float64, 2.0, 2.2, 1e-5, "the zero function"),
+        ((3, 12), torch.float64, 1.0, 1.0, 1e-5, "a small MLP"),
     ]:
         x = _randn(gen, *shape, scale=scale, dtype=dtype)
         weight = (1 + 0.3 * _randn(gen, shape[-1])).to(dtype)
-        cases.append(Case(f"x: {describe(x)}, a random weight of shape ({shape[-1]},), eps = {eps:g}, with "
-                          f"{kind} as the sublayer", (x, _SUBLAYERS[kind](gen, shape[-1]), weight), {"eps": eps}))
-    # the self-check's case, last: several mistakes give the same answer on it
-    cases.append(Case("x = 2 · ones(4), weight = ones(4), eps = 0 and the identity as sublayer",
-                      (2 * torch.ones(4, dtype=torch.float64), lambda y: y, torch.ones(4, dtype=torch.float64)),
-                      {"eps": 0.0}))
+        bias = (0.2 * _randn(gen, shape[-1])).to(dtype)
+        what = "alpha = 1 (plain post-norm)" if alpha == 1.0 else f"alpha = {alpha:g}"
+        cases.append(Case(f"x: {describe(x)}, random weight and bias of shape ({shape[-1]},), {what}, "
+                          f"eps = {eps:g}, with {kind} as the sublayer",
+                          (x, _SUBLAYERS[kind](gen, shape[-1]), weight, bias, alpha), {"eps": eps}))
     return cases
 
 
-def _pre(compute):
-    return lambda x, f, w, eps=1e-6: compute(x, f, w, eps)
+def _dn(**knobs):
+    return lambda x, f, w, b, alpha, eps=1e-5: _deep_norm(x, f, w, b, alpha, eps, **knobs)
 
 
-PRE_NORM_RESIDUAL = Task(
-    name="pre_norm_residual", reference=_pre_norm_reference, cases=_pre_norm_cases, seed=606,
+DEEP_NORM_RESIDUAL = Task(
+    name="deep_norm_residual", reference=_deep_norm_reference, cases=_deep_norm_cases, seed=606,
     rtol=1e-4, atol=1e-5,
     mistakes=[
-        Mistake("this is post-norm, Norm(x + F(x)): you normalized after adding. Pre-norm normalizes only the "
-                "copy the sublayer reads, x + F(Norm(x)), and never the stream x itself.",
-                _pre(lambda x, f, w, eps: _rms_norm(x + f(x), w, eps))),
-        Mistake("the residual adds the normalized input. Keep the raw x for the skip connection: "
-                "x + F(Norm(x)), not Norm(x) + F(Norm(x)) — a line like `x = norm(x)` overwrote it.",
-                _pre(lambda x, f, w, eps: _rms_norm(x, w, eps) + f(_rms_norm(x, w, eps)))),
-        Mistake("the residual connection is missing: you returned F(Norm(x)); add the input x back.",
-                _pre(lambda x, f, w, eps: f(_rms_norm(x, w, eps)))),
-        Mistake("the sublayer reads x itself: it must read the normalized copy Norm(x).",
-                _pre(lambda x, f, w, eps: x + f(x))),
-        Mistake("you normalized the output as well. In pre-norm the stream x + F(Norm(x)) is left "
-                "un-normalized (the model applies one final norm at the very end).",
-                _pre(lambda x, f, w, eps: _rms_norm(x + f(_rms_norm(x, w, eps)), w, eps))),
-        Mistake("ε goes inside the square root: x / sqrt(mean(x²) + ε), not x / (sqrt(mean(x²)) + ε).",
-                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, eps_outside=True)))),
-        Mistake("the gain `weight` is not applied: RMSNorm multiplies the normalized vector by it.",
-                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, None, eps)))),
+        Mistake("α multiplies the sublayer's output. DeepNorm up-weights the skip connection: LayerNorm(α · x + "
+                "F(x)), so that the stream, not the update, dominates the sum.", _dn(skip="x")),
+        Mistake("α is missing: this is the plain post-norm sublayer LayerNorm(x + F(x)). DeepNorm scales the "
+                "skip connection by α before adding.", lambda x, f, w, b, alpha, eps=1e-5: _layer_norm(x + f(x), w, b, eps)),
+        Mistake("α is applied after the norm, α · LayerNorm(x + F(x)): it must scale x inside, before the sum "
+                "is normalized.", _dn(after=True)),
+        Mistake("this is pre-norm, α · x + F(LayerNorm(x)): DeepNorm is a post-norm sublayer. The sublayer reads "
+                "the stream x itself and the SUM is normalized.", _dn(skip="pre-norm", reads="norm")),
+        Mistake("the sublayer reads a normalized copy of x; in DeepNorm, as in post-norm, it reads the stream "
+                "x itself: LayerNorm(α · x + F(x)).", _dn(reads="norm")),
+        Mistake("the sublayer reads α · x; α scales only the skip connection, and F reads x: "
+                "LayerNorm(α · x + F(x)).", _dn(reads="alpha x")),
+        Mistake("the variance has Bessel's correction (divides by D − 1), which torch.var and torch.std use by "
+                "default. LayerNorm divides by D: pass unbiased=False (or correction=0), or use .mean().",
+                _dn(norm_kw={"unbiased": True})),
+        Mistake("ε is outside the square root. It goes inside: (s − μ) / sqrt(σ² + ε).",
+                _dn(norm_kw={"eps_outside": True})),
+        Mistake("the mean is not subtracted (that is RMSNorm). LayerNorm centres first: s − mean(s).",
+                _dn(norm_kw={"centre": False})),
         Mistake("normalize each position over its own features (the last dimension), not over the whole "
-                "tensor.", _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, all_dims=True)))),
-        Mistake("RMSNorm does not subtract the mean (that is LayerNorm); divide x by its root mean square.",
-                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, w, eps, centre=True)))),
-        Mistake("the gain is applied to the sublayer's output instead of to the normalized input: "
-                "x + F(Norm(x) · weight), not x + F(Norm(x)) · weight.",
-                _pre(lambda x, f, w, eps: x + f(_rms_norm(x, None, eps)) * w)),
+                "tensor.", _dn(norm_kw={"all_dims": True})),
+        Mistake("the bias β is not added: LayerNorm ends with · γ + β.",
+                lambda x, f, w, b, alpha, eps=1e-5: _layer_norm(alpha * x + f(x), w, None, eps)),
+        Mistake("the weight γ is not applied: LayerNorm ends with · γ + β.",
+                lambda x, f, w, b, alpha, eps=1e-5: _layer_norm(alpha * x + f(x), None, b, eps)),
     ],
     forbid=Forbid(operations=("rms_norm", "layer_norm"), modules=_LIBRARY),
 )
 
-check_pre_norm_residual = PRE_NORM_RESIDUAL.checker(
-    """Check ``pre_norm_residual(x, sublayer, weight, eps=1e-6)`` = x + sublayer(x / sqrt(mean(x²) + eps) ·
-    weight), the mean over the last dimension, in x's dtype.""")
+check_deep_norm_residual = DEEP_NORM_RESIDUAL.checker(
+    """Check ``deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5)`` = LayerNorm(alpha · x +
+    sublayer(x)) with gain `weight` and shift `bias`, over the last dimension (biased variance, eps inside
+    the square root), in x's dtype.""")
 
 
 # --- Task 2: the gradient through a pre-norm residual sublayer ------------------------------------------
@@ -242,8 +267,8 @@ PRE_NORM_RESIDUAL_BACKWARD = Task(
     ],
     forbid=Forbid(operations=("rms_norm", "layer_norm"), modules=_LIBRARY, autograd=True),
     hint="Write y = x + u @ proj with u = x / r · weight, and apply the chain rule one step at a time: "
-         "grad_u from grad_out, then the norm's backward pass (chapter 5), then add the skip connection's "
-         "term.",
+         "grad_u from grad_out, then the transpose of the norm's Jacobian (chapter 5, 'The RMSNorm "
+         "Jacobian'), then add the skip connection's term.",
 )
 
 check_pre_norm_residual_backward = PRE_NORM_RESIDUAL_BACKWARD.checker(

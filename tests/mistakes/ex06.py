@@ -7,67 +7,88 @@ ASSIGNMENT = "06_residual_stream"
 _GOOD_PREDICTIONS = '{"paths": 4096, "stream_rms": 5 ** 0.5, "post_norm_gradient": 3 ** -6, "concat_width": 16896}'
 
 WRONG = [
-    # --- Task 1: pre_norm_residual ----------------------------------------------------------------------
-    Wrong("pre-norm-answer", "this is post-norm", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
+    # --- Task 1: deep_norm_residual -----------------------------------------------------------------------
+    Wrong("deep-norm-answer", "α multiplies the sublayer's output", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = x + alpha * sublayer(x)
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return (s - mu) / torch.sqrt(var + eps) * weight + bias
+'''),
+    Wrong("deep-norm-answer", "α is missing", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = x + sublayer(x)  # post-norm
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return (s - mu) / torch.sqrt(var + eps) * weight + bias
+'''),
+    Wrong("deep-norm-answer", "α is applied after the norm", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
     s = x + sublayer(x)
-    return s / torch.sqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return alpha * ((s - mu) / torch.sqrt(var + eps) * weight + bias)
 '''),
-    Wrong("pre-norm-answer", "the residual adds the normalized input", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-    return x + sublayer(x)
+    Wrong("deep-norm-answer", "this is pre-norm", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    normed = (x - mu) / torch.sqrt(var + eps) * weight + bias
+    return alpha * x + sublayer(normed)
 '''),
-    Wrong("pre-norm-answer", "the residual connection is missing", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-    return sublayer(normed)
+    Wrong("deep-norm-answer", "the sublayer reads a normalized copy of x", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    def layer_norm(v):
+        mu = v.mean(-1, keepdim=True)
+        var = ((v - mu) ** 2).mean(-1, keepdim=True)
+        return (v - mu) / torch.sqrt(var + eps) * weight + bias
+    return layer_norm(alpha * x + sublayer(layer_norm(x)))
 '''),
-    Wrong("pre-norm-answer", "ε goes inside the square root", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    rms = x.pow(2).mean(-1, keepdim=True).sqrt()
-    return x + sublayer(x / (rms + eps) * weight)
+    Wrong("deep-norm-answer", "the sublayer reads α · x", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    x = alpha * x  # up-weight the stream
+    s = x + sublayer(x)
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return (s - mu) / torch.sqrt(var + eps) * weight + bias
 '''),
-    Wrong("pre-norm-answer", "not over the whole tensor", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    rms = torch.sqrt(torch.mean(x ** 2) + eps)
-    return x + sublayer(weight * x / rms)
+    Wrong("deep-norm-answer", "Bessel's correction", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = alpha * x + sublayer(x)
+    return (s - s.mean(-1, keepdim=True)) / torch.sqrt(s.var(-1, keepdim=True) + eps) * weight + bias
 '''),
-    Wrong("pre-norm-answer", "the gain `weight` is not applied", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    return x + sublayer(x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+    Wrong("deep-norm-answer", "ε is outside the square root", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = alpha * x + sublayer(x)
+    mu = s.mean(-1, keepdim=True)
+    sigma = s.std(-1, keepdim=True, unbiased=False)
+    return (s - mu) / (sigma + eps) * weight + bias
 '''),
-    Wrong("pre-norm-answer", "changed its input `x` in place", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    update = sublayer(x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight)
-    x += update
-    return x
+    Wrong("deep-norm-answer", "the mean is not subtracted", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = alpha * x + sublayer(x)
+    return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * weight + bias
 '''),
-    Wrong("pre-norm-answer", "keepdim", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    rms = torch.sqrt(x.pow(2).mean(-1) + eps)
-    return x + sublayer(x / rms * weight)
+    Wrong("deep-norm-answer", "the bias β is not added", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = alpha * x + sublayer(x)
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return (s - mu) / torch.sqrt(var + eps) * weight
 '''),
-    Wrong("pre-norm-answer", "does not subtract the mean", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    centred = x - x.mean(-1, keepdim=True)
-    return x + sublayer(centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight)
+    Wrong("deep-norm-answer", "changed its input `x` in place", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    update = sublayer(x)
+    x *= alpha
+    s = x + update
+    mu = s.mean(-1, keepdim=True)
+    var = ((s - mu) ** 2).mean(-1, keepdim=True)
+    return (s - mu) / torch.sqrt(var + eps) * weight + bias
 '''),
-    Wrong("pre-norm-answer", "you normalized the output as well", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    def norm(v):
-        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + eps) * weight
-    return norm(x + sublayer(norm(x)))
-'''),
-    Wrong("pre-norm-answer", "should be float32", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    x64 = x.double()  # the statistics in double precision, to be safe
-    normed = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-    return x64 + sublayer(normed.to(x.dtype))
-'''),
-    Wrong("pre-norm-answer", "the rms_norm operation", '''
-def pre_norm_residual(x, sublayer, weight, eps=1e-6):
-    return x + sublayer(torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps))
+    Wrong("deep-norm-answer", "the layer_norm operation", '''
+def deep_norm_residual(x, sublayer, weight, bias, alpha, eps=1e-5):
+    s = alpha * x + sublayer(x)
+    return torch.nn.functional.layer_norm(s, (x.shape[-1],), weight, bias, eps)
 '''),
     # --- Task 2: pre_norm_residual_backward --------------------------------------------------------------
     Wrong("backward-answer", "no identity term", '''
