@@ -6,6 +6,7 @@ One concept per module, each the subject of a chapter::
     embeddings    token embedding lookup, √D scaling, weight tying (chapter 2)
     positional    sinusoidal, learned, RoPE (both pairings) and ALiBi positions (chapter 2)
     attention     scaled dot-product attention, causal masks, grouped-query attention (chapter 3)
+    tensor_bytes  the bytes of the tensors an operation creates, by operator (chapter 3)
     ffn           ReLU/GELU feed-forward network, SwiGLU, Llama's hidden-width rule (chapter 4)
     norms         LayerNorm, RMSNorm and their Jacobians (chapter 5)
     residual      pre-norm and post-norm residual sublayers, depth measurements (chapter 6)
@@ -19,9 +20,11 @@ One concept per module, each the subject of a chapter::
     example       the running example: one sentence followed through every chapter, a printable model
     data          the shipped Tiny Shakespeare corpus, a character tokenizer, batches (chapter 12)
     sampling      temperature, top-k and top-p: logits to a sampling distribution (chapters 9, 12)
-    training      AdamW, warmup + cosine, clipping, evaluation, checkpoints, presets (chapter 12)
+    training      AdamW, Muon, warmup + cosine, clipping, evaluation, checkpoints, presets (ch. 12)
+    experiments   seeded grids of runs, their statistics and provenance (chapter 12)
+    heads         attention-head scores and head ablation (chapter 12)
 
-``data``, ``training`` and ``example`` are imported on demand (``python -m course_lib.train`` and
+``data``, ``training``, ``experiments``, ``heads``, ``tensor_bytes`` and ``example`` are imported on demand (``python -m course_lib.train`` and
 ``python -m course_lib.sample`` are the command lines); the model never imports them.
 ``device.get_device()`` is the one place that picks a device; ``notebook.setup()`` is what the
 first cell of every notebook calls. ``grading`` holds the checkers the exercises' hidden tests call
