@@ -24,8 +24,9 @@ One concept per module, each the subject of a chapter::
     experiments   seeded grids of runs, their statistics and provenance (chapter 12)
     heads         attention-head scores and head ablation (chapter 12)
 
-``data``, ``training``, ``experiments``, ``heads``, ``tensor_bytes`` and ``example`` are imported on demand (``python -m course_lib.train`` and
-``python -m course_lib.sample`` are the command lines); the model never imports them.
+``data``, ``training``, ``experiments``, ``heads``, ``tensor_bytes`` and ``example`` are imported on
+demand (``python -m course_lib.train``, ``python -m course_lib.sample`` and
+``python -m course_lib.experiments`` are the command lines); the model never imports them.
 ``device.get_device()`` is the one place that picks a device; ``notebook.setup()`` is what the
 first cell of every notebook calls. ``grading`` holds the checkers the exercises' hidden tests call
 and is imported on demand (it is not needed to use the library).
