@@ -14,7 +14,12 @@ What changes from the source (book/AUTHORING.md lists what authors may use):
   ``<details>``; figures become images (embedded) with their caption; labels and comments go;
 - code cells tagged ``remove-cell`` (asserts) are dropped, except the setup cell, which stays first
   (it installs course_lib on Colab); ``remove-input`` / ``hide-input`` cells are kept with their
-  source collapsed.
+  source collapsed;
+- every code cell carries the outputs of the build that rendered the site (from the build's execution
+  cache): what it printed, its tables, and its figures as PNG images (at the site's resolution,
+  reduced to a 256-colour palette to keep the notebook small) followed by their captions, so that
+  a chapter opened on GitHub, in Colab or in Jupyter shows what the site shows before anything runs.
+  Glued values, progress bars and warnings (stderr) are left out.
 Anything else that only MyST understands stops the generator with the chapter, cell and construct.
 
 In sync means: the reader notebook records the SHA-256 of its source (cells and tags) and of this
@@ -41,6 +46,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 READERS = BOOK / "colab"
 EXECUTED = ROOT / "_build" / "jupyter_execute"
+EXECUTION_CACHE = ROOT / "_build" / ".jupyter_cache" / "executed"  # myst-nb's executed notebooks
 GENERATOR_FILES = [pathlib.Path(__file__).resolve(), BOOK / "_ext" / "course_bib.py"]
 METADATA_KEY = "course_reader"
 
@@ -109,6 +115,73 @@ def build_values(chapter: pathlib.Path) -> dict[str, dict]:
     if not glue.is_file():
         return {}
     return {name: output["data"] for name, output in json.loads(glue.read_text()).items()}
+
+
+def executed_outputs(chapter: pathlib.Path) -> list[list[dict]]:
+    """The outputs of each code cell of ``chapter`` as the build executed it: the notebook in the
+    build's execution cache whose code is the source's, cell for cell (the newest such)."""
+    source = json.loads(chapter.read_text())
+    code = ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code"]
+    candidates = sorted(EXECUTION_CACHE.glob("*/base.ipynb"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in candidates:
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        if ["".join(c["source"]) for c in cells] == code:
+            return [c.get("outputs", []) for c in cells]
+    raise ReaderError(f"the build's execution cache has no run of {_rel(chapter)} as it is now: "
+                      f"run `make book` first")
+
+
+FIGURE_HTML = re.compile(r'<figure class="course-figure".*?<img src="data:image/png;base64,([^"]+)" '
+                         r'alt="([^"]*)" width="(\d+)".*?<figcaption[^>]*>(.*?)</figcaption>', re.S)
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]<>#|])")
+
+
+def palette_png(png: bytes) -> bytes:
+    """The image reduced to a 256-colour palette (plots use a handful of colours; a third of the
+    bytes or less), same size in pixels."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        reduced = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        reduced.save(out, format="PNG", optimize=True)
+    return out.getvalue() if len(out.getvalue()) < len(png) else png
+
+
+def reader_outputs(outputs: list[dict]) -> list[dict]:
+    """The outputs a reader sees under a cell: stdout, tables and other rich displays, errors of
+    cells meant to raise, and each course figure as a PNG image followed by its caption."""
+    kept = []
+    for out in outputs:
+        kind = out["output_type"]
+        if kind == "stream":
+            if out["name"] == "stdout":
+                kept.append({"output_type": "stream", "name": "stdout", "text": out["text"]})
+            continue  # stderr: warnings and progress bars
+        if kind == "error":
+            kept.append({key: out[key] for key in ("output_type", "ename", "evalue", "traceback")})
+            continue
+        data = out.get("data", {})
+        if any(k.startswith("application/papermill.record") or k.startswith("application/vnd.jupyter.widget")
+               for k in data):
+            continue  # a glued value (it is in the prose) or a live widget
+        page = data.get("text/html", "")
+        page = "".join(page) if isinstance(page, list) else page
+        figure = FIGURE_HTML.search(page)
+        if figure is None:
+            kept.append({"output_type": "display_data", "metadata": out.get("metadata", {}),
+                         "data": {k: v for k, v in data.items() if k != "text/latex"}})
+            continue
+        png, alt, width, caption = figure.groups()
+        png = base64.b64encode(palette_png(base64.b64decode(png))).decode("ascii")
+        kept.append({"output_type": "display_data", "metadata": {"image/png": {"width": int(width)}},
+                     "data": {"image/png": png, "text/plain": html.unescape(alt)}})
+        caption = MARKDOWN_SPECIALS.sub(r"\\\1", html.unescape(caption))
+        kept.append({"output_type": "display_data", "metadata": {},
+                     "data": {"text/markdown": f"*{caption}*", "text/plain": html.unescape(caption)}})
+    return kept
 
 
 # ------------------------------------------------------------------------------------ references
@@ -395,21 +468,25 @@ def _markdown_cell(text: str, cell_id: str) -> dict:
     return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text.splitlines(keepends=True)}
 
 
-def _code_cell(source: str, metadata: dict, cell_id: str) -> dict:
+def _code_cell(source: str, metadata: dict, cell_id: str, outputs: list[dict] | None = None) -> dict:
     return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": metadata,
-            "outputs": [], "source": source.splitlines(keepends=True)}
+            "outputs": outputs or [], "source": source.splitlines(keepends=True)}
 
 
 def note_text(chapter: pathlib.Path) -> str:
     return ("*This notebook is the chapter as generated for Colab and Jupyter from the book's source. "
             "Run the cell above first: where `course_lib` is missing it installs it, then it picks the "
-            "GPU if there is one. The numbers in the text were computed when the book was built, on a "
-            "CPU: timings and other measurements will differ on your machine.*")
+            "GPU if there is one. The numbers in the text and the outputs under the cells are those of "
+            "the build that made the site, on a CPU: timings and other measurements will differ on "
+            "your machine.*")
 
 
-def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]) -> dict:
-    """The reader notebook of ``chapter`` with ``value(role, name, spec)`` giving each glued text."""
+def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str],
+                    outputs: list[list[dict]] | None = None) -> dict:
+    """The reader notebook of ``chapter`` with ``value(role, name, spec)`` giving each glued text and
+    ``outputs[k]`` the executed outputs of its k-th code cell (None: no outputs)."""
     source = json.loads(chapter.read_text())
+    code_index = -1
     ctx = Context(chapter, value)
     cells = []
     for index, cell in enumerate(source["cells"]):
@@ -417,9 +494,11 @@ def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]
         tags = _tags(cell)
         cell_id = cell.get("id") or f"cell-{index}"  # the source's id: links into the notebook stay
         if cell["cell_type"] == "code":
+            code_index += 1
+            shown = reader_outputs(outputs[code_index]) if outputs is not None else []
             text = "".join(cell["source"])
             if index == 0:  # the setup cell: kept first, as it is (it installs course_lib on Colab)
-                cells.append(_code_cell(text, {}, cell_id))
+                cells.append(_code_cell(text, {}, cell_id, shown))
                 cells.append(_markdown_cell(note_text(chapter), "course-reader-note"))
                 continue
             if "remove-cell" in tags:
@@ -432,7 +511,7 @@ def render_notebook(chapter: pathlib.Path, value: Callable[[str, str, str], str]
                 metadata["jupyter"] = {"source_hidden": True}
             if "hide-output" in tags:
                 metadata.setdefault("jupyter", {})["outputs_hidden"] = True
-            cells.append(_code_cell(text, metadata, cell_id))
+            cells.append(_code_cell(text, metadata, cell_id, shown))
         elif cell["cell_type"] == "markdown":
             if "remove-cell" in tags:
                 continue
@@ -487,7 +566,8 @@ def format_value(role: str, name: str, spec: str, values: dict[str, dict], chapt
 
 def reader_from_build(chapter: pathlib.Path) -> dict:
     values = build_values(chapter)
-    return render_notebook(chapter, lambda role, name, spec: format_value(role, name, spec, values, chapter))
+    return render_notebook(chapter, lambda role, name, spec: format_value(role, name, spec, values, chapter),
+                           executed_outputs(chapter))
 
 
 def masked_reader(chapter: pathlib.Path) -> dict:

@@ -56,7 +56,43 @@ def test_reader_keeps_the_setup_cell_first_and_drops_removed_cells(chapter):
     removed = {"".join(c["source"]) for c in source["cells"][1:] if "remove-cell" in rn._tags(c)}
     assert removed, f"{chapter.name} asserts nothing in a remove-cell cell"
     assert not removed & {"".join(c["source"]) for c in reader["cells"]}
-    assert all(c["outputs"] == [] for c in reader["cells"] if c["cell_type"] == "code")
+
+
+ABOVE = re.compile(r"\b(table|figure|output|plot|list|numbers?) (printed )?above\b|\bprinted above\b", re.I)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_reader_shows_what_the_site_shows_before_anything_runs(chapter):
+    """Figures as PNG images with their captions, printed text and tables: the build's outputs."""
+    cells = json.loads(rn.reader_path(chapter).read_text())["cells"]
+    n_figures = 0
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        source, outputs = "".join(cell["source"]), cell["outputs"]
+        kinds = [next(iter(o.get("data", {"stream": 0}))) for o in outputs]
+        assert all(o.get("name") != "stderr" for o in outputs), f"cell {index} shows stderr"
+        assert not any("papermill" in k for o in outputs for k in o.get("data", {})), f"cell {index}"
+        if re.search(r"^show_figure\(", source, re.M):  # a figure shown at the cell's top level
+            assert "image/png" in kinds, f"{chapter.name}, reader cell {index}: the figure is missing"
+            at = kinds.index("image/png")
+            assert outputs[at]["data"]["text/plain"].strip(), "the image has no alt text"
+            assert kinds[at + 1] == "text/markdown", "the figure has no caption under it"
+            n_figures += 1
+        if re.search(r"^print\(", source, re.M):  # prints at the top level, unconditionally
+            assert any(o["output_type"] == "stream" for o in outputs), (
+                f"{chapter.name}, reader cell {index}: what it prints is missing")
+    assert n_figures, f"{chapter.name}: no figure found in its reader notebook"
+    for index, cell in enumerate(cells):  # "the table above" has a table above
+        if cell["cell_type"] == "markdown" and ABOVE.search("".join(cell["source"])):
+            before = [c for c in cells[:index] if c["cell_type"] == "code"]
+            assert before and before[-1]["outputs"], (
+                f"{chapter.name}, reader cell {index} points 'above' at a cell with no output")
+
+
+def test_reader_notebooks_stay_small():
+    total = sum(rn.reader_path(c).stat().st_size for c in CHAPTERS)
+    assert total < 12e6, f"the reader notebooks take {total / 1e6:.1f} MB"
 
 
 # ------------------------------------------------------------------------------ the generator itself
@@ -116,6 +152,42 @@ def test_roles_labels_and_comments_become_markdown(tmp_path):
 def test_labelled_equations_are_numbered(tmp_path):
     [text] = render(tmp_path, [md("$$\ny = x\n$$ (eq-y)\n\nBy {eq}`eq-y`.")])
     assert text == "$$\ny = x\n\\tag{1}\n$$\n\nBy (1)."
+
+
+def test_outputs_keep_prints_tables_and_figures_and_drop_glue_and_stderr():
+    import base64
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.notebook import CaptionedFigure
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [1, 0])
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    figure = CaptionedFigure(buffer.getvalue(), "Loss * step_size < 1", 'A line "falling"', 200)
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": "printed\n"},
+        {"output_type": "stream", "name": "stderr", "text": "100%|#####| 10/10\r"},
+        {"output_type": "display_data", "metadata": {}, "data": {
+            "application/papermill.record/text/plain": "1.5"}},
+        {"output_type": "display_data", "metadata": {}, "data": {
+            "text/html": figure._repr_html_(), "text/plain": repr(figure)}},
+        {"output_type": "execute_result", "execution_count": 3, "metadata": {}, "data": {
+            "text/html": "<table><tr><td>1</td></tr></table>", "text/plain": "1"}},
+    ]
+    shown = rn.reader_outputs(outputs)
+    assert [o["output_type"] for o in shown] == ["stream", "display_data", "display_data", "display_data"]
+    assert shown[0]["text"] == "printed\n"
+    png = base64.b64decode(shown[1]["data"]["image/png"])
+    assert png.startswith(b"\x89PNG") and shown[1]["data"]["text/plain"] == 'A line "falling"'
+    assert shown[1]["metadata"] == {"image/png": {"width": 200}}
+    assert shown[2]["data"]["text/markdown"] == "*Loss \\* step\\_size \\< 1*"
+    assert shown[3]["data"]["text/html"].startswith("<table>")  # a table stays a table
 
 
 def test_figures_become_images_with_alt_text_and_caption(tmp_path):
