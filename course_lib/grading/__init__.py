@@ -15,7 +15,8 @@ from ._core import GradingError
 from ._selfcheck import self_check
 from .attention import (check_attention_backward, check_attention_predictions, check_gqa_forward,
                         check_sliding_window_attention)
-from .block import check_block_predictions, check_parallel_block, check_pre_norm_block, check_res_post_norm_block
+from .block import (check_block_predictions, check_packed_block, check_pre_norm_block_backward,
+                    check_res_post_norm_block_backward)
 from .checkpointing import (check_checkpointed, check_gpt_block_saved_bytes, check_memory_predictions,
                             check_saved_bytes)
 from .counting import (check_count_params, check_counting_predictions, check_moe_params,
@@ -44,7 +45,8 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_layer_norm", "check_rms_norm_backward", "check_merge_moments", "check_norm_predictions",
            "check_sinusoidal_encoding", "check_sinusoidal_shift_matrix", "check_apply_rope",
            "check_position_predictions",
-           "check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block", "check_block_predictions",
+           "check_packed_block", "check_pre_norm_block_backward", "check_res_post_norm_block_backward",
+           "check_block_predictions",
            "check_count_params", "check_moe_params", "check_window_core_flops", "check_counting_predictions",
            "check_lm_forward", "check_next_token_probs", "check_sample_generate", "check_tied_embedding_grad",
            "check_saved_bytes", "check_gpt_block_saved_bytes", "check_checkpointed", "check_memory_predictions",

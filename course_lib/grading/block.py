@@ -1,31 +1,36 @@
 """Checkers for exercise 07 (the decoder block).
 
-1. ``res_post_norm_block`` — extend the block to the variant that normalizes each sublayer's
-   output before adding it (Swin Transformer V2, OLMo 2): h = x + Norm₁(Attn(x)), …
-2. ``parallel_block`` — extend it to the parallel block of GPT-J and PaLM: one norm, both
-   sublayers read it, both outputs are added to x.
-3. ``pre_norm_block`` — find and fix the bug in a given pre-norm block (its two norms are
-   swapped, which a test with freshly initialised gains cannot see).
-4. ``predictions`` — predict four numbers about a block before computing them.
+1. ``packed_block`` — find and fix the bug in a given pre-norm block for packed rows (several
+   documents laid end to end in one row): its document mask replaces the causal mask instead of
+   restricting it, so every token sees the rest of its own document, future included.
+2. ``pre_norm_block_backward`` — derive ∂L/∂x through a pre-norm block, (I + J_Attn J_N₁) and
+   (I + J_FFN J_N₂), given the sublayers' backward passes: the norms' transposed Jacobians by
+   hand, no autograd.
+3. ``res_post_norm_block_backward`` — extend it to the block that normalizes what each sublayer
+   writes (Swin Transformer V2, OLMo 2): the same parts, chained in another order.
+4. ``predictions`` — predict four numbers about blocks before computing them.
 
-The student's functions receive modules, not weights: ``attn_norm`` and ``ffn_norm`` (RMSNorm or
-LayerNorm, with different random gains so that swapping them shows), ``attn`` (grouped-query
-attention, called as ``attn(h, cos, sin)``), ``ffn`` (SwiGLU, GELU or ReLU) and the RoPE tables
-``cos`` and ``sin`` (None in the cases without RoPE). The given modules run unwatched (they are
-the checker's, not the student's code); building the block from course_lib's or torch's own
-block classes is refused.
+The student's functions receive the block's parts, not weights: the norms ``attn_norm`` and
+``ffn_norm`` (modules with their own random gains, so that swapping them shows), and either the
+attention and FFN modules (task 1: ``attn(h, cos, sin, mask)``, ``ffn(h)``) or, for the backward
+passes, functions of one argument with RoPE and the causal mask built in (``attn(u)``,
+``ffn(u)``) and their backward passes ``attn_backward(u, g)`` and ``ffn_backward(u, g)``, which
+return g · ∂F/∂u. The given parts run unwatched (they are the checker's, not the student's code);
+building the block from course_lib's or torch's own block classes is refused, and so are, in the
+backward tasks, automatic differentiation and course_lib's norm functions.
 """
 
 from __future__ import annotations
 
+import math
 
 import torch
 from torch import nn
 
 from .. import block as block_ref
+from .. import norms as norms_ref
 from .. import residual as residual_ref
 from ..attention import GroupedQueryAttention
-from ..block import TransformerBlock
 from ..config import ModelConfig
 from ..ffn import FeedForward, SwiGLU
 from ..norms import LayerNorm, RMSNorm
@@ -34,12 +39,14 @@ from ._predictions import predictions_task
 from ._core import Case, Forbid, Mistake, Task, describe
 from ._watch import paused
 
-__all__ = ["check_res_post_norm_block", "check_parallel_block", "check_pre_norm_block",
+__all__ = ["check_packed_block", "check_pre_norm_block_backward", "check_res_post_norm_block_backward",
            "check_block_predictions"]
 
 _FORBID = Forbid(modules=(block_ref, residual_ref),
                  functions=((nn.TransformerEncoderLayer.forward, "torch.nn.TransformerEncoderLayer"),
                             (nn.TransformerDecoderLayer.forward, "torch.nn.TransformerDecoderLayer")))
+_FORBID_BACKWARD = Forbid(modules=(block_ref, residual_ref, norms_ref), autograd=True,
+                          functions=_FORBID.functions)
 
 
 class _Given(nn.Module):
@@ -61,8 +68,22 @@ class _Given(nn.Module):
         return getattr(super().__getattr__("inner"), name)
 
 
-def _raw(module):
-    return module.inner if isinstance(module, _Given) else module
+def _given_function(f):
+    """A function handed to the student, run unwatched (like a given module)."""
+    def given(*args, **kwargs):
+        with paused():
+            return f(*args, **kwargs)
+    return given
+
+
+def _backward_of(f):
+    """The backward pass of f at u: g ↦ g · ∂f/∂u (a vector-Jacobian product, by autograd)."""
+    def backward(u, g):
+        with torch.enable_grad():
+            u_ = u.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(f(u_), u_, g)
+        return grad.detach()
+    return backward
 
 
 # --- the cases: random components of many shapes and kinds ---------------------------------------------
@@ -89,6 +110,8 @@ def _components(gen: torch.Generator, *, B: int, T: int, D: int, H: int, H_kv: i
             for linear in module.children():  # every projection: N(0, 1/fan_in) · 1.5
                 fan_in = linear.weight.shape[1]
                 linear.weight.copy_(1.5 * randn(*linear.weight.shape) / fan_in**0.5)
+    for module in (attn_norm, ffn_norm, attn, mlp):
+        module.requires_grad_(False)  # the tasks differentiate with respect to x only
     modules = [_Given(m.to(dtype)) for m in (attn_norm, attn, ffn_norm, mlp)]
     x = (3.0 * randn(B, T, D)).to(dtype)  # a stream of RMS about 3: normalising it changes it
     cos = sin = None
@@ -115,23 +138,92 @@ _SHAPES = [
 ]
 
 
-def _cases(gen: torch.Generator) -> list[Case]:
+def _attn(attn, h, cos, sin, rope=True):
+    return attn(h, cos, sin) if rope else attn(h)
+
+
+def _no_grad(compute):
+    def run(*args):
+        with torch.no_grad():
+            return compute(*args)
+    return run
+
+
+# --- Task 1: the pre-norm block on packed rows (find and fix) -----------------------------------------
+
+def _runs(ids: torch.Tensor) -> list[tuple[int, int]]:
+    """The [start, end) of each run of equal ids along a row."""
+    cuts = [0] + [t for t in range(1, len(ids)) if ids[t] != ids[t - 1]] + [len(ids)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def _layout(gen: torch.Generator, B: int, T: int, row: int) -> torch.Tensor:
+    """Document ids (B, T): each row its own split into contiguous documents, with ids that are
+    neither sorted nor consecutive; the first row of a case with T ≥ 3 always holds a one-token
+    document and another of several tokens."""
+    ids = torch.empty(B, T, dtype=torch.long)
+    for b in range(B):
+        if T == 1:
+            n_docs, cuts = 1, []
+        elif b == 0 and T >= 3:
+            cuts = [1, 1 + int(torch.randint(1, T - 1, (1,), generator=gen))]
+            cuts = sorted(set(c for c in cuts if c < T))
+        else:
+            n_docs = int(torch.randint(1 if (b + row) % 3 == 0 else 2, min(T, 3) + 1, (1,), generator=gen))
+            cuts = sorted(torch.randperm(T - 1, generator=gen)[:n_docs - 1].add(1).tolist())
+        labels = torch.randperm(50, generator=gen)[:len(cuts) + 1] + 3
+        bounds = [0] + cuts + [T]
+        for k, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
+            ids[b, s:e] = labels[k]
+    return ids
+
+
+def _packed_cases(gen: torch.Generator) -> list[Case]:
     cases = []
     for i, (B, T, D, H, H_kv, D_h, F, norm, ffn, rope, dtype, what) in enumerate(_SHAPES):
-        args, label = _components(gen, B=B, T=T, D=D, H=H, H_kv=H_kv, D_h=D_h, F=F, norm=norm, ffn=ffn,
-                                  rope=rope, dtype=dtype, start=3 * i)
-        cases.append(Case(f"{what}: {label}", args))
+        (x, n1, attn, n2, mlp, cos, sin), label = _components(
+            gen, B=B, T=T, D=D, H=H, H_kv=H_kv, D_h=D_h, F=F, norm=norm, ffn=ffn, rope=rope, dtype=dtype,
+            start=0)
+        doc_ids = _layout(gen, B, T, i)
+        n_docs = [len(_runs(row)) for row in doc_ids]
+        docs = f"rows holding {', '.join(map(str, n_docs))} document(s)"
+        cases.append(Case(f"{what}: {label}, doc_ids of shape {tuple(doc_ids.shape)} ({docs})",
+                          (x, doc_ids, n1, attn, n2, mlp, cos, sin)))
     return cases
 
 
-def _parallel_cases(gen: torch.Generator) -> list[Case]:
-    """The same components with one norm: (x, norm, attn, ffn, cos, sin)."""
-    return [Case(c.label.replace("RMSNorm,", "one RMSNorm,").replace("LayerNorm,", "one LayerNorm,"),
-                 (c.args[0], c.args[1], c.args[2], c.args[4], c.args[5], c.args[6])) for c in _cases(gen)]
+def _packed_reference(x, doc_ids, n1, attn, n2, ffn, cos, sin):
+    """Each document of each row through the pre-norm block on its own: what packing must give."""
+    out = torch.empty_like(x)
+    with torch.no_grad():
+        for b in range(x.shape[0]):
+            for s, e in _runs(doc_ids[b]):
+                part = x[b:b + 1, s:e]  # (1, L, D)
+                c, si = (cos[s:e], sin[s:e]) if cos is not None else (None, None)
+                h = part + attn(n1(part), c, si)
+                out[b:b + 1, s:e] = h + ffn(n2(h))
+    return out
 
 
-def _attn(attn, h, cos, sin, rope=True):
-    return attn(h, cos, sin) if rope else attn(h)
+def _packed(x, doc_ids, n1, attn, n2, ffn, cos, sin, *, mask="doc and causal", first_row=False, rope=True,
+            ffn_in="h"):
+    """The packed block with one part changed, as a student's slip would change it."""
+    T = x.shape[1]
+    ids = doc_ids[:1].expand_as(doc_ids) if first_row else doc_ids
+    same = ids[:, :, None] == ids[:, None, :]  # (B, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T): key ≤ query
+    masks = {"doc": same, "doc and causal": same & causal, "doc or causal": same | causal,
+             "doc and future": same & causal.T, "doc and strictly earlier": same & causal.tril(-1),
+             "causal": None}
+    m = masks[mask]
+    m = m[:, None] if m is not None else None  # (B, 1, T, T)
+    c, s = (cos, sin) if rope else (None, None)
+    h = x + attn(n1(x), c, s, m)
+    return h + ffn(n2(h if ffn_in == "h" else x))
+
+
+def _pk(**knobs):
+    return _no_grad(lambda *a: _packed(*a, **knobs))
 
 
 def _rope_only(compute):
@@ -143,258 +235,312 @@ def _rope_only(compute):
     return run
 
 
-def _no_grad(compute):
-    def run(*args):
-        with torch.no_grad():
-            return compute(*args)
-    return run
-
-
-# --- Task 1: the res-post-norm block (extend) ------------------------------------------------------------
-
-def _res_post(x, n1, attn, n2, ffn, cos, sin, *, norms=("n1", "n2"), what="output", skip1=True, skip2=True,
-              ffn_from_x=False, rope=True):
-    """h = x + n1(attn(x)); out = h + n2(ffn(h)), with one part changed."""
-    by_name = {"n1": n1, "n2": n2}
-    first, second = by_name[norms[0]], by_name[norms[1]]
-    if what == "output":
-        a = first(_attn(attn, x, cos, sin, rope))
-        h = x + a if skip1 else a
-        f = second(ffn(x if ffn_from_x else h))
-        return h + f if skip2 else f
-    if what == "sum":  # post-norm
-        h = first(x + _attn(attn, x, cos, sin, rope))
-        return second(h + ffn(h))
-    if what == "input":  # pre-norm
-        h = x + _attn(attn, first(x), cos, sin, rope)
-        return h + ffn(second(h))
-    if what == "both":  # pre- and post-norm with the same norm (a sandwich that reuses the norm)
-        h = x + first(_attn(attn, first(x), cos, sin, rope))
-        return h + second(ffn(second(h)))
-    raise ValueError(what)
-
-
-def _res_post_reference(x, n1, attn, n2, ffn, cos, sin):
-    with torch.no_grad():
-        return _res_post(x, n1, attn, n2, ffn, cos, sin)
-
-
-_RES_POST_FORMULA = "h = x + attn_norm(attn(x)), out = h + ffn_norm(ffn(h))"
-
-RES_POST_NORM_BLOCK = Task(
-    name="res_post_norm_block", reference=_res_post_reference, cases=_cases, seed=707, rtol=1e-4, atol=1e-5,
-    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
-        (f"you built the post-norm block, which normalizes the sum x + F(x). This variant normalizes the "
-         f"sublayer's output before adding it, so the stream itself is never normalized: {_RES_POST_FORMULA}.",
-         lambda *a: _res_post(*a, what="sum")),
-        (f"you built the pre-norm block, which normalizes the sublayer's input. This variant normalizes its "
-         f"output: {_RES_POST_FORMULA}.", lambda *a: _res_post(*a, what="input")),
-        ("the sublayers read a normalized copy as well as having their outputs normalized: here they read the "
-         "stream itself, x and h.", lambda *a: _res_post(*a, what="both")),
-        ("the residual connection around attention is missing: h = x + attn_norm(attn(x)).",
-         lambda *a: _res_post(*a, skip1=False)),
-        ("the residual connection around the FFN is missing: out = h + ffn_norm(ffn(h)).",
-         lambda *a: _res_post(*a, skip2=False)),
-        ("the FFN reads the block's input x instead of h = x + attention's (normalized) output.",
-         lambda *a: _res_post(*a, ffn_from_x=True)),
-        ("the two norms are swapped: attention's output goes through attn_norm, the FFN's through ffn_norm.",
-         lambda *a: _res_post(*a, norms=("n2", "n1"))),
-        ("the same norm is used twice: the FFN's output goes through ffn_norm, its own module with its own "
-         "gain.", lambda *a: _res_post(*a, norms=("n1", "n1"))),
-        ("the same norm is used twice: attention's output goes through attn_norm, not ffn_norm.",
-         lambda *a: _res_post(*a, norms=("n2", "n2"))),
-    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call attn(x, cos, sin).",
-                  _rope_only(_no_grad(lambda *a: _res_post(*a, rope=False))))],
+PACKED_BLOCK = Task(
+    name="packed_block", reference=_packed_reference, cases=_packed_cases, seed=707, rtol=1e-4, atol=1e-5,
+    mistakes=[
+        Mistake("this is still what the given version computes: every token sees its whole document, the "
+                "tokens after it included, so a packed row is not causal any more. Read what `attn` does with a "
+                "mask you pass it: is it combined with the causal mask, or used instead of it?", _pk(mask="doc")),
+        Mistake("attention is plain causal over the whole row: tokens attend to the documents before their own. "
+                "Each token may attend only to earlier tokens (itself included) of its OWN document.",
+                _pk(mask="causal")),
+        Mistake("the mask lets a token attend to its document OR to every earlier position: both conditions "
+                "must hold (same document AND not in the future).", _pk(mask="doc or causal")),
+        Mistake("the mask lets each token attend to the FUTURE of its document, not its past (True = may "
+                "attend, and a key may be attended when its position is ≤ the query's).",
+                _pk(mask="doc and future")),
+        Mistake("a token may not attend to itself in your mask: the causal condition is key position ≤ query "
+                "position, diagonal included (the first token of a document has nothing else to attend to).",
+                _pk(mask="doc and strictly earlier")),
+        Mistake("every row gets the documents of the first row: each row of a batch is packed differently, so "
+                "the mask is built from each row's own doc_ids.", _pk(first_row=True)),
+        Mistake("the FFN reads the block's input x instead of h = x + attention's output.", _pk(ffn_in="x")),
+    ] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call attn(h, cos, sin, "
+                 "mask).", _rope_only(_pk(rope=False)))],
     forbid=_FORBID,
+    hint="Run each document of a row on its own and compare with your packed output position by position.",
 )
 
-check_res_post_norm_block = RES_POST_NORM_BLOCK.checker(
-    """Check ``res_post_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin)``:
-    h = x + attn_norm(attn(x, cos, sin)); out = h + ffn_norm(ffn(h)).""")
+check_packed_block = PACKED_BLOCK.checker(
+    """Check ``packed_block(x, doc_ids, attn_norm, attn, ffn_norm, ffn, cos, sin)``: the pre-norm block on
+    rows that pack several documents, equal to each document run through the block on its own.""")
 
 
-# --- Task 2: the parallel block (extend) -----------------------------------------------------------------
+# --- the backward tasks: shared parts ----------------------------------------------------------------------
 
-def _parallel(x, norm, attn, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip="x", combine="add",
-              out_norm=False, rope=True):
-    """out = x + attn(norm(x)) + ffn(norm(x)), with one part changed."""
-    n = norm(x)
-    a = _attn(attn, {"norm": n, "raw": x}[attn_in], cos, sin, rope)
-    ffn_input = {"norm": n, "raw": x, "h_norm": None, "h": None}[ffn_in]
-    if ffn_in == "h_norm":
-        ffn_input = norm(x + a)
-    elif ffn_in == "h":
-        ffn_input = x + a
-    f = ffn(ffn_input)
-    base = {"x": x, "normed": n, "none": 0.0}[skip]
-    updates = {"add": a + f, "mean": (a + f) / 2, "attn": a, "ffn": f}[combine]
-    out = base + updates
-    return norm(out) if out_norm else out
+_RMS_SHAPES = [s for s in _SHAPES if s[7] == "rms"]
 
 
-def _parallel_reference(x, norm, attn, ffn, cos, sin):
-    with torch.no_grad():
-        return _parallel(x, norm, attn, ffn, cos, sin)
+def _backward_cases(gen: torch.Generator) -> list[Case]:
+    """(x, grad_out, attn_norm, attn, attn_backward, ffn_norm, ffn, ffn_backward): RMSNorm blocks, the
+    sublayers as functions of one argument (RoPE tables and the causal mask built in)."""
+    cases = []
+    for i, (B, T, D, H, H_kv, D_h, F, norm, ffn, rope, dtype, what) in enumerate(_RMS_SHAPES):
+        (x, n1, attn, n2, mlp, cos, sin), label = _components(
+            gen, B=B, T=T, D=D, H=H, H_kv=H_kv, D_h=D_h, F=F, norm=norm, ffn=ffn, rope=rope, dtype=dtype,
+            start=3 * i)
+        if what == "multi-head attention":  # a large ε, so that one left out of r shows
+            n1.inner.eps = n2.inner.eps = 0.5
+            label += ", both norms with eps = 0.5"
+        attn_fn = (lambda a, c, s: lambda u: a(u, c, s))(attn, cos, sin)
+        ffn_fn = (lambda f: lambda u: f(u))(mlp)
+        grad_out = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dtype)
+        given = [_given_function(f) for f in (attn_fn, _backward_of(attn_fn), ffn_fn, _backward_of(ffn_fn))]
+        cases.append(Case(f"{what}: {label}, grad_out of x's shape",
+                          (x, grad_out, n1, given[0], given[1], n2, given[2], given[3])))
+    return cases
 
 
-PARALLEL_BLOCK = Task(
-    name="parallel_block", reference=_parallel_reference, cases=_parallel_cases, seed=708, rtol=1e-4,
-    atol=1e-5,
-    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
-        ("this is the sequential block: the FFN reads the stream after attention. In the parallel block both "
-         "sublayers read the same normalized input, norm(x), and both outputs are added to x.",
-         lambda *a: _parallel(*a, ffn_in="h_norm")),
-        ("the FFN reads x + attention's output, un-normalized: in the parallel block it reads norm(x), the "
-         "same input as attention.", lambda *a: _parallel(*a, ffn_in="h")),
-        ("the FFN reads x without normalizing it: both sublayers read norm(x).",
-         lambda *a: _parallel(*a, ffn_in="raw")),
-        ("attention reads x without normalizing it: both sublayers read norm(x).",
-         lambda *a: _parallel(*a, attn_in="raw")),
-        ("the residual connection is missing: out = x + attention's output + the FFN's output.",
-         lambda *a: _parallel(*a, skip="none")),
-        ("the skip connection carries the normalized copy: add the outputs to x itself, not to norm(x).",
-         lambda *a: _parallel(*a, skip="normed")),
-        ("you normalized the block's output: the parallel block is pre-norm, and leaves the stream "
-         "un-normalized.", lambda *a: _parallel(*a, out_norm=True)),
-        ("the two outputs are averaged: the parallel block adds both to x, as the sequential block does.",
-         lambda *a: _parallel(*a, combine="mean")),
-        ("the FFN's output is missing: out = x + attention's output + the FFN's output.",
-         lambda *a: _parallel(*a, combine="attn")),
-        ("attention's output is missing: out = x + attention's output + the FFN's output.",
-         lambda *a: _parallel(*a, combine="ffn")),
-    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call "
-                  "attn(norm(x), cos, sin).", _rope_only(_no_grad(lambda *a: _parallel(*a, rope=False))))],
-    forbid=_FORBID,
+def _norm_vjp(norm, x, v, *, transpose=True, projection=True, over_d=True, sign=1.0, eps_in_r=True):
+    """v · ∂RMSNorm/∂x at x (the gradient through the norm), with one knob turned."""
+    w, eps = norm.weight, norm.eps
+    r = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + (eps if eps_in_r else 0.0))  # (..., 1)
+    x_hat = x / r
+    if not transpose:  # J v instead of Jᵀ v: the gain applied after the projection
+        return w * (v - x_hat * (x_hat * v).mean(-1, keepdim=True)) / r
+    wv = w * v
+    if not projection:  # the norm taken for a constant scale 1/r
+        return wv / r
+    dot = (x_hat * wv).mean(-1, keepdim=True) if over_d else (x_hat * wv).sum(-1, keepdim=True)
+    return (wv - sign * x_hat * dot) / r
+
+
+def _autograd_reference(forward):
+    def reference(x, g, n1, attn, attn_bwd, n2, ffn, ffn_bwd):
+        with torch.enable_grad():
+            x_ = x.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(forward(x_, n1, attn, n2, ffn), x_, g)
+        return grad.detach()
+    return reference
+
+
+def _pre_forward(x, n1, attn, n2, ffn):
+    h = x + attn(n1(x))
+    return h + ffn(n2(h))
+
+
+def _res_post_forward(x, n1, attn, n2, ffn):
+    h = x + n1(attn(x))
+    return h + n2(ffn(h))
+
+
+# --- Task 2: the pre-norm block's backward pass (derive) -------------------------------------------------
+
+def _pre_bw(x, g, n1, attn, attn_bwd, n2, ffn, ffn_bwd, *, skip_h=True, skip_x=True, attn_gets="g_h",
+            n2_at="h", ffn_at="n2(h)", attn_at="n1(x)", swap=False, no_norm=False, norm=None):
+    """∂L/∂x through h = x + Attn(N₁(x)), out = h + FFN(N₂(h)), with one part changed."""
+    norm = norm or {}
+    na, nf = (n2, n1) if swap else (n1, n2)
+    u1 = n1(x)
+    h = x + attn(u1)
+    u2 = n2(h)
+    v = ffn_bwd({"n2(h)": u2, "h": h}[ffn_at], g)  # g · J_FFN
+    through_ffn = v if no_norm else _norm_vjp(nf, {"h": h, "x": x}[n2_at], v, **norm)
+    g_h = (g if skip_h else 0.0) + through_ffn
+    v = attn_bwd({"n1(x)": u1, "x": x}[attn_at], {"g_h": g_h, "g": g}[attn_gets])  # · J_Attn
+    through_attn = v if no_norm else _norm_vjp(na, x, v, **norm)
+    return (g_h if skip_x else 0.0) + through_attn
+
+
+def _pb(**knobs):
+    return lambda *a: _pre_bw(*a, **knobs)
+
+
+PRE_NORM_BLOCK_BACKWARD = Task(
+    name="pre_norm_block_backward", reference=_autograd_reference(_pre_forward), cases=_backward_cases,
+    seed=708, rtol=1e-4, atol=1e-6,
+    mistakes=[
+        Mistake("the skip connection around the FFN is missing from the gradient at h: out = h + FFN(N₂(h)), so "
+                "∂L/∂h = grad_out + (the part through N₂ and the FFN).", _pb(skip_h=False)),
+        Mistake("the skip connection around attention is missing from the gradient at x: h = x + Attn(N₁(x)), "
+                "so ∂L/∂x = ∂L/∂h + (the part through N₁ and attention).", _pb(skip_x=False)),
+        Mistake("attention's backward pass receives grad_out; it must receive ∂L/∂h, which also carries what "
+                "flows back through the FFN (attention's output is added to h, and the FFN reads h).",
+                _pb(attn_gets="g")),
+        Mistake("the norms are left out of the backward pass: each sublayer read N(stream), so its gradient "
+                "goes back through the norm's Jacobian before it reaches the stream.", _pb(no_norm=True)),
+        Mistake("each norm is treated as a constant scale γ / r: r depends on the stream too, so the gradient "
+                "through a norm has a second term, the one through r (∂r/∂x_j = x_j / (D r)).",
+                _pb(norm={"projection": False})),
+        Mistake("through the norms you multiplied by J instead of Jᵀ. γ_i scales row i of the norm's "
+                "Jacobian, so in the backward pass it multiplies the incoming gradient first: start from γ ⊙ v.",
+                _pb(norm={"transpose": False})),
+        Mistake("the term through r must average over the D features (a mean, not a sum): "
+                "∂r/∂x_j = x_j / (D r).", _pb(norm={"over_d": False})),
+        Mistake("the term through r has the wrong sign: a larger x_j makes r larger, which shrinks every "
+                "normalized entry, so it is subtracted.", _pb(norm={"sign": -1.0})),
+        Mistake("r must include ε, as in the forward pass: r = sqrt(mean(x²) + ε) (norm.eps).",
+                _pb(norm={"eps_in_r": False})),
+        Mistake("the norms are swapped in the backward pass: the FFN read ffn_norm(h), attention read "
+                "attn_norm(x), and each gradient goes back through the norm its sublayer read.", _pb(swap=True)),
+        Mistake("the FFN's norm is differentiated at x: N₂ normalized h = x + Attn(N₁(x)), so its Jacobian is "
+                "taken at h.", _pb(n2_at="x")),
+        Mistake("a sublayer's backward pass is evaluated at the raw stream; each sublayer read the normalized "
+                "copy, so call ffn_backward(N₂(h), ·) and attn_backward(N₁(x), ·).",
+                _pb(ffn_at="h", attn_at="x")),
+        Mistake("the FFN's backward pass is evaluated at h: the FFN read N₂(h), so call ffn_backward(N₂(h), ·).",
+                _pb(ffn_at="h")),
+        Mistake("attention's backward pass is evaluated at x: attention read N₁(x), so call "
+                "attn_backward(N₁(x), ·).", _pb(attn_at="x")),
+    ],
+    forbid=_FORBID_BACKWARD,
+    hint="Go backwards one step at a time: first through out = h + FFN(N₂(h)) to get ∂L/∂h, then through "
+         "h = x + Attn(N₁(x)); at each step, the skip connection's term plus the sublayer's backward pass "
+         "followed by the norm's transposed Jacobian, each evaluated where the forward pass used it.",
 )
 
-check_parallel_block = PARALLEL_BLOCK.checker(
-    """Check ``parallel_block(x, norm, attn, ffn, cos, sin)`` = x + attn(norm(x), cos, sin) + ffn(norm(x))
-    (GPT-J, PaLM: one norm, both sublayers read it).""")
+check_pre_norm_block_backward = PRE_NORM_BLOCK_BACKWARD.checker(
+    """Check ``pre_norm_block_backward(x, grad_out, attn_norm, attn, attn_backward, ffn_norm, ffn,
+    ffn_backward)``: ∂L/∂x through h = x + attn(attn_norm(x)), out = h + ffn(ffn_norm(h)), the norms'
+    backward passes by hand, without autograd.""")
 
 
-# --- Task 3: the pre-norm block (find and fix) ----------------------------------------------------------
+# --- Task 3: the res-post-norm block's backward pass (extend) ---------------------------------------------
 
-def _block_holding(attn_norm, attn, ffn_norm, ffn, cos, placement: str) -> TransformerBlock:
-    attn_norm, attn, ffn_norm, ffn = (_raw(m) for m in (attn_norm, attn, ffn_norm, ffn))
-    config = ModelConfig(vocab_size=1, d_model=attn.d_model, n_layers=1, n_heads=attn.n_heads,
-                         n_kv_heads=attn.n_kv_heads, head_dim=attn.head_dim, d_ff=1, placement=placement,
-                         positional="rope" if cos is not None else "none")
-    with torch.device("meta"):  # its own modules are placeholders, replaced below
-        block = TransformerBlock(config)
-    block.attn_norm, block.attn, block.ffn_norm, block.ffn = attn_norm, attn, ffn_norm, ffn
-    return block
+def _res_post_bw(x, g, n1, attn, attn_bwd, n2, ffn, ffn_bwd, *, skip_h=True, skip_x=True, attn_gets="g_h",
+                 norm_at="write", sub_at="stream", order="norm first", swap=False, no_norm=False, norm=None):
+    """∂L/∂x through h = x + N₁(Attn(x)), out = h + N₂(FFN(h)), with one part changed."""
+    norm = norm or {}
+    na, nf = (n2, n1) if swap else (n1, n2)
+    a = attn(x)
+    h = x + n1(a)
+    f = ffn(h)
 
+    def through(nrm, write, stream, sub_bwd, v):
+        at = {"write": write, "stream": stream}[norm_at]
+        read = {"stream": stream, "normed": nrm(stream)}[sub_at]
+        if no_norm:
+            return sub_bwd(read, v)
+        if order == "norm first":  # v · J_N(write) · J_F(stream)
+            return sub_bwd(read, _norm_vjp(nrm, at, v, **norm))
+        return _norm_vjp(nrm, at, sub_bwd(read, v), **norm)  # the chain taken in the forward order
 
-def _pre_norm_reference(x, attn_norm, attn, ffn_norm, ffn, cos, sin):
-    with torch.no_grad():
-        block = _block_holding(attn_norm, attn, ffn_norm, ffn, cos, "pre")
-        return block(x, cos, sin, implementation="reference")
-
-
-def _pre(x, n1, attn, n2, ffn, cos, sin, *, attn_in="norm", ffn_in="norm", skip1="x", skip2="h", rope=True,
-         out_norm=False):
-    """The pre-norm block with one part changed, as a student's slip would change it."""
-    attn_input = {"norm": n1(x), "raw": x, "n2": n2(x)}[attn_in]
-    a = _attn(attn, attn_input, cos, sin, rope)
-    h = {"x": x + a, "normed": attn_input + a, "none": a}[skip1]
-    ffn_input = {"norm": n2(h), "raw": h, "n1": n1(h), "x": n2(x), "a": n2(a)}[ffn_in]
-    f = ffn(ffn_input)
-    out = {"h": h + f, "normed": ffn_input + f, "none": f, "x": x + f}[skip2]
-    return n2(out) if out_norm else out
+    g_h = (g if skip_h else 0.0) + through(nf, f, h, ffn_bwd, g)
+    g_x_attn = through(na, a, x, attn_bwd, {"g_h": g_h, "g": g}[attn_gets])
+    return (g_h if skip_x else 0.0) + g_x_attn
 
 
-_PRE_FORMULA = "h = x + attn(attn_norm(x)), out = h + ffn(ffn_norm(h))"
+def _rb(**knobs):
+    return lambda *a: _res_post_bw(*a, **knobs)
 
-PRE_NORM_BLOCK = Task(
-    name="pre_norm_block", reference=_pre_norm_reference, cases=_cases, seed=709, rtol=1e-4, atol=1e-5,
-    mistakes=[Mistake(m, _no_grad(f)) for m, f in [
-        ("this is still what the given version computes: the bug is not fixed yet. It agrees with the right "
-         "block only while the two norms have equal gains, as they do when freshly built; which norm does "
-         "each sublayer read through?", lambda *a: _pre(*a, attn_in="n2", ffn_in="n1")),
-        (f"you built the post-norm block, Norm(x + F(x)). In the pre-norm block each sublayer reads a "
-         f"normalised copy and its output is added to the un-normalised stream: {_PRE_FORMULA}.",
-         lambda *a: _res_post(*a, what="sum")),
-        ("you normalised the sublayers' outputs, x + Norm(F(x)), instead of their inputs.",
-         lambda *a: _res_post(*a)),
-        ("the residual stream was normalised: you added a sublayer's output to the normalised copy. The skip "
-         "connection must carry x itself; only the sublayer's input is normalised.",
-         lambda *a: _pre(*a, skip1="normed", skip2="normed")),
-        ("the first residual starts from the normalised copy: h = attn_norm(x) + attn(...). It must start "
-         "from x itself.", lambda *a: _pre(*a, skip1="normed")),
-        ("the second residual starts from the normalised copy: out = ffn_norm(h) + ffn(...). It must start "
-         "from h itself.", lambda *a: _pre(*a, skip2="normed")),
-        ("you normalised the block's output. In a pre-norm block the stream is never normalised inside the "
-         "block (a pre-norm model normalises once, after its last block).", lambda *a: _pre(*a, out_norm=True)),
-        ("the FFN reads the block's input x instead of h = x + attention's output, so it cannot use what "
-         "attention just gathered (that is the parallel block). Feed ffn_norm(h) to the FFN.",
-         lambda *a: _pre(*a, ffn_in="x")),
-        ("the second residual adds the FFN's output to x instead of to h, which drops attention's "
-         "contribution.", lambda *a: _pre(*a, skip2="x")),
-        ("the FFN reads attention's output alone; it must read the stream h = x + attention's output "
-         "(normalised).", lambda *a: _pre(*a, ffn_in="a")),
-        ("the residual connection around attention is missing: h = x + attn(attn_norm(x)).",
-         lambda *a: _pre(*a, skip1="none")),
-        ("the residual connection around the FFN is missing: out = h + ffn(ffn_norm(h)).",
-         lambda *a: _pre(*a, skip2="none")),
-        ("the same norm is used twice: the FFN reads ffn_norm(h), its own module with its own gain.",
-         lambda *a: _pre(*a, ffn_in="n1")),
-        ("the same norm is used twice: attention reads attn_norm(x), not ffn_norm(x).",
-         lambda *a: _pre(*a, attn_in="n2")),
-        ("attention reads x without normalising it first: h = x + attn(attn_norm(x)).",
-         lambda *a: _pre(*a, attn_in="raw")),
-        ("the FFN reads h without normalising it first: out = h + ffn(ffn_norm(h)).",
-         lambda *a: _pre(*a, ffn_in="raw")),
-    ]] + [Mistake("attention was called without the RoPE tables, so it ignores positions: call "
-                  "attn(attn_norm(x), cos, sin).", _rope_only(_no_grad(lambda *a: _pre(*a, rope=False))))],
-    forbid=_FORBID,
+
+def _as_pre_norm(x, g, n1, attn, attn_bwd, n2, ffn, ffn_bwd):
+    """Task 2's answer, handed in for task 3."""
+    return _pre_bw(x, g, n1, attn, attn_bwd, n2, ffn, ffn_bwd)
+
+
+RES_POST_NORM_BLOCK_BACKWARD = Task(
+    name="res_post_norm_block_backward", reference=_autograd_reference(_res_post_forward),
+    cases=_backward_cases, seed=709, rtol=1e-4, atol=1e-6,
+    mistakes=[
+        Mistake("this is the PRE-norm block's backward pass (task 2). Here the norm comes after the sublayer: "
+                "h = x + N₁(Attn(x)), so the sublayer read the stream itself and the norm normalized its output.",
+                _as_pre_norm),
+        Mistake("the norms' Jacobians are taken at the stream. Each norm normalized what its sublayer wrote: "
+                "take N₁'s at Attn(x) and N₂'s at FFN(h).", _rb(norm_at="stream")),
+        Mistake("a sublayer's backward pass is evaluated at a normalized copy of the stream: in this block the "
+                "sublayers read the stream itself, attn(x) and ffn(h).", _rb(sub_at="normed")),
+        Mistake("the chain is taken in the wrong order: going backwards, the gradient meets the norm first "
+                "(it came last in the forward pass), then the sublayer: v · J_N · J_F, not v · J_F · J_N.",
+                _rb(order="sublayer first")),
+        Mistake("the norms are left out of the backward pass: each write went through a norm, whose Jacobian "
+                "the gradient must cross before the sublayer's.", _rb(no_norm=True)),
+        Mistake("the skip connection around the FFN is missing from the gradient at h: out = h + N₂(FFN(h)), so "
+                "∂L/∂h = grad_out + (the part through N₂ and the FFN).", _rb(skip_h=False)),
+        Mistake("the skip connection around attention is missing from the gradient at x: h = x + N₁(Attn(x)).",
+                _rb(skip_x=False)),
+        Mistake("attention's path receives grad_out; it must receive ∂L/∂h, which also carries what flows back "
+                "through the FFN.", _rb(attn_gets="g")),
+        Mistake("each norm is treated as a constant scale γ / r: r depends on the normalized vector too, so the "
+                "gradient through a norm has a second term, the one through r.", _rb(norm={"projection": False})),
+        Mistake("through the norms you multiplied by J instead of Jᵀ: γ multiplies the incoming gradient first.",
+                _rb(norm={"transpose": False})),
+        Mistake("the norms are swapped in the backward pass: attention's write went through attn_norm, the "
+                "FFN's through ffn_norm.", _rb(swap=True)),
+    ],
+    forbid=_FORBID_BACKWARD,
+    hint="Write the forward pass with names (a = attn(x), h = x + N₁(a), f = ffn(h), out = h + N₂(f)) and "
+         "go backwards through it one step at a time.",
 )
 
-check_pre_norm_block = PRE_NORM_BLOCK.checker(
-    """Check ``pre_norm_block(x, attn_norm, attn, ffn_norm, ffn, cos, sin)``:
-    h = x + attn(attn_norm(x), cos, sin); out = h + ffn(ffn_norm(h)).""")
+check_res_post_norm_block_backward = RES_POST_NORM_BLOCK_BACKWARD.checker(
+    """Check ``res_post_norm_block_backward(x, grad_out, attn_norm, attn, attn_backward, ffn_norm, ffn,
+    ffn_backward)``: ∂L/∂x through h = x + attn_norm(attn(x)), out = h + ffn_norm(ffn(h)), without
+    autograd.""")
 
 
 # --- Task 4: predictions ---------------------------------------------------------------------------------
 
+_D_PRED = 64
+
+
+def _silenced_post_block_jacobian() -> tuple[torch.Tensor, torch.Tensor]:
+    """(J, x): the Jacobian ∂out/∂x (D × D, one position) of a post-norm block whose W_O and W_down are 0,
+    RMSNorm gains 1 and ε = 0, at a stream x of RMS 4."""
+    config = ModelConfig(vocab_size=1, d_model=_D_PRED, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=172,
+                         placement="post", positional="none")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        block = block_ref.TransformerBlock(config).double()
+        x = torch.randn(1, 1, _D_PRED, dtype=torch.float64)
+    with torch.no_grad():
+        block.attn.w_o.weight.zero_()
+        block.ffn.w_down.weight.zero_()
+    block.attn_norm.eps = block.ffn_norm.eps = 0.0
+    x = 4 * x / x.pow(2).mean().sqrt()  # RMS 4
+    jac = torch.autograd.functional.jacobian(lambda v: block(v), x)  # (1, 1, D, 1, 1, D)
+    return jac.reshape(_D_PRED, _D_PRED), x.reshape(_D_PRED)
+
 
 _WRONG_PREDICTIONS = {
-    "silenced_pre_rms": [
-        (1.0, "a pre-norm block never normalizes the stream: only the copies its sublayers read are "
-              "normalized."),
-        (0.0, "the skip connections still carry x: with both sublayers silent the block is the identity."),
+    "res_post_rms": [
+        (5.0, "RMS values do not add: for writes uncorrelated with the stream and with each other, the mean "
+              "squares add."),
+        (1.0, "this block never normalizes the stream, only what each sublayer writes."),
+        (3.0, "the writes are normalized, not silenced: each adds a vector of RMS 1 to the stream."),
+        (10.0 ** 0.5, "count the writes: attention and the FFN each add one."),
+        (11.0, "that is the mean square; the question asks for the root mean square."),
     ],
-    "silenced_post_rms": [
-        (3.0, "post-norm normalizes the sum x + F(x) even when the sublayer adds nothing."),
-        (0.0, "the sum x + 0 is x, and the norm rescales it; nothing sets it to zero."),
+    "post_block_gain": [
+        (1 / 16, "the second norm reads the first norm's output, whose RMS is 1: it does not divide by 4 "
+                 "again."),
+        (1.0, "in a post-norm block every path, the skip connection's included, goes through the norms: the "
+              "first one divides by the RMS of the stream it normalizes."),
+        (4.0, "the ratio is upside down: a norm of a large vector shrinks gradients."),
+        (0.0, "only the direction of x itself is lost through a norm; a gradient orthogonal to x gets through "
+              "it, scaled."),
     ],
-    "kv_head": [
-        (0.0, "consecutive query heads share a key/value head (repeat_interleave): query head h reads kv "
-              "head h // (H / H_kv), not h mod H_kv."),
-        (3.0, "divide by the group size H / H_kv (query heads per kv head), not by H_kv."),
-        (6.0, "with grouped-query attention several query heads share one kv head; there are only H_kv of "
-              "them."),
+    "silenced_post_rank": [
+        (float(_D_PRED), "RMSNorm ignores the length of its input, so the direction of x itself is mapped to 0: "
+                         "the Jacobian is singular."),
+        (float(_D_PRED - 2), "the second norm's input is the first norm's output, parallel to x: both norms "
+                             "lose the same direction, not two different ones."),
+        (0.0, "only one direction is lost; every direction orthogonal to x gets through, scaled."),
     ],
-    "scores_gib": [
-        (2.0, "bfloat16 takes 2 bytes per number, not 4."),
-        (1 / 32, "there is one score per pair of positions for every head: B · H · T² numbers."),
-        (0.5, "bfloat16 takes 2 bytes per number."),
-        (4096 * 4096 * 2 / 2**30, "there is one score per pair of positions for every head: B · H · T²."),
+    "packed_allowed": [
+        (36.0, "that is the causal mask of the whole row: no token may attend to the other document."),
+        (34.0, "that is the document mask alone (3² + 5²): the mask must stay causal within each document."),
+        (28.0, "a token may attend to itself: the causal condition includes the diagonal."),
+        (13.0, "a token may attend to itself: the causal condition includes the diagonal."),
+        (15.0, "count both documents: 3 · 4 / 2 pairs in the first as well."),
+        (6.0, "count both documents: 5 · 6 / 2 pairs in the second as well."),
     ],
 }
 
 
 def _true_predictions() -> dict[str, float]:
-    B, H, T = 1, 32, 4096
+    jac, x = _silenced_post_block_jacobian()
+    g = torch.randn(_D_PRED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    g = g - (g @ x) / (x @ x) * x  # a gradient orthogonal to x
+    doc_ids = torch.tensor([0] * 3 + [1] * 5)  # T = 8: documents of 3 and 5 tokens
+    same = doc_ids[:, None] == doc_ids[None, :]
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
     return {
-        "silenced_pre_rms": 3.0,  # W_O = W_down = 0: the block is the identity
-        "silenced_post_rms": 1.0,  # Norm₂(Norm₁(x)): RMS 1 with gains 1
-        "kv_head": float(6 // (8 // 2)),  # query head 6 of 8 reads kv head 6 // 4
-        "scores_gib": B * H * T * T * 2 / 2**30,  # (B, H, T, T) in bfloat16
+        "res_post_rms": math.sqrt(3.0**2 + 1.0**2 + 1.0**2),  # stream² + two normalized writes², uncorrelated
+        "post_block_gain": float((g @ jac).norm() / g.norm()),  # a row gradient crosses as g · J
+        "silenced_post_rank": float(torch.linalg.matrix_rank(jac)),
+        "packed_allowed": float((same & causal).sum()),
     }
-
-
-def _close_enough(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-12)
 
 
 BLOCK_PREDICTIONS = predictions_task(
@@ -407,5 +553,5 @@ BLOCK_PREDICTIONS = predictions_task(
 )
 
 check_block_predictions = BLOCK_PREDICTIONS.checker(
-    """Check ``predictions() -> dict``: the output RMS of a silenced pre-norm and post-norm block, the kv
-    head a query head reads, and the size of one block's attention scores.""")
+    """Check ``predictions() -> dict``: the output RMS of a res-post-norm block, the gain and the rank of a
+    silenced post-norm block's Jacobian, and the number of True entries of a packed row's mask.""")
