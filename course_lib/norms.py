@@ -117,11 +117,12 @@ def layer_norm(
 def rms_norm_jacobian(
     x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6
 ) -> torch.Tensor:
-    """∂RMSNorm(x)/∂x = diag(γ) · (1/r) · (I − x̂ x̂ᵀ / D)
+    """J[..., i, j] = ∂y_i/∂x_j = γ_i / r · (δ_ij − x̂_i x̂_j / D) for y = RMSNorm(x):
 
-    with r = sqrt(mean(x²) + ε) and x̂ = x / r. Exact for every ε ≥ 0 provided r
-    includes ε (x̂ is then the norm's output before γ). Returns shape (..., D, D)
-    with J[..., i, j] = ∂y_i/∂x_j: row i is scaled by γ_i.
+    J = diag(γ) · (1/r) · (I − x̂ᵀx̂ / D), x̂ᵀx̂ the outer product of the row x̂ with
+    itself, r = sqrt(mean(x²) + ε) and x̂ = x / r. Exact for every ε ≥ 0 provided r
+    includes ε (x̂ is then the norm's output before γ). Returns shape (..., D, D); row i
+    is scaled by γ_i. For rows, backpropagation's product is ∂L/∂x = (∂L/∂y) J.
     """
     x = _check_x(x)
     d = x.shape[-1]
@@ -141,10 +142,11 @@ def rms_norm_jacobian(
 def layer_norm_jacobian(
     x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-5
 ) -> torch.Tensor:
-    """∂LayerNorm(x)/∂x = diag(γ) · (1/s) · (I − 11ᵀ/D − x̂ x̂ᵀ/D)
+    """∂LayerNorm(x)/∂x = diag(γ) · (1/s) · (I − 1ᵀ1/D − x̂ᵀx̂/D), 1 the row of ones,
 
     with s = sqrt(σ² + ε) and x̂ = (x − μ)/s: the RMSNorm Jacobian (of the centred
-    x) plus the −11ᵀ/D that mean subtraction adds. Shape (..., D, D).
+    x) plus the −1ᵀ1/D that mean subtraction adds. Shape (..., D, D), with
+    J[..., i, j] = ∂y_i/∂x_j.
     """
     x = _check_x(x)
     d = x.shape[-1]
@@ -167,7 +169,7 @@ def rms_norm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The backward pass of y = x / r · γ, r = sqrt(mean(x²) + ε), given g = ∂L/∂y:
 
-        ∂L/∂x = (γ ⊙ g) / r − x̂ · mean(x̂ ⊙ γ ⊙ g) / r,   x̂ = x / r   (= Jᵀ g)
+        ∂L/∂x = (γ ⊙ g) / r − x̂ · mean(x̂ ⊙ γ ⊙ g) / r,   x̂ = x / r   (= g J, rows)
         ∂L/∂γ = Σ over all leading positions of g ⊙ x̂
 
     x and grad_out have shape (..., D), weight (D,). Returns (grad_x, grad_weight) in the dtypes

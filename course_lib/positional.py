@@ -9,7 +9,7 @@ Four ways, each a few lines here:
 * ``LearnedPositionalEmbedding`` — a trained (max_seq_len, D) table, added likewise
   (GPT-2, BERT).
 * RoPE — rotate queries and keys by angles proportional to their positions (Su et al.,
-  2021): ``rope_cos_sin`` builds the tables and ``apply_rope`` rotates (the fast path);
+  2024): ``rope_cos_sin`` builds the tables and ``apply_rope`` rotates (the fast path);
   ``rope_rotation_matrix`` and ``apply_rope_reference`` are the explicit math.
 * ALiBi — add −m_h · |i − j| to head h's attention scores (Press et al., 2022):
   ``alibi_slopes`` and ``alibi_bias``.
@@ -210,7 +210,7 @@ def rope_cos_sin(
     positions: Positions, head_dim: int, theta: float = 10000.0, *,
     dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos(p θ_i) and sin(p θ_i) for every position p and pair i (Su et al., 2021).
+    """cos(p θ_i) and sin(p θ_i) for every position p and pair i (Su et al., 2024).
 
     Positions (T,) give tables (T, D_h/2); positions (B, T), one row per sequence, give
     (B, 1, T, D_h/2). Both broadcast against x of shape (B, H, T, D_h) in
@@ -233,7 +233,7 @@ def apply_rope(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str = "half"
 ) -> torch.Tensor:
     """Turn each pair (a, b) of x by its angle: (a, b) ↦ (a cos − b sin, a sin + b cos)
-    (Su et al., 2021).
+    (Su et al., 2024).
 
     ``x`` is (..., T, D_h), usually queries or keys (B, H, T, D_h); ``cos`` and ``sin``
     come from :func:`rope_cos_sin` and broadcast to (..., T, D_h/2). ``pairing`` picks
@@ -361,12 +361,14 @@ def rope_rotation_matrix(
     position: float, head_dim: int, theta: float = 10000.0, pairing: str = "half", *,
     dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """R_p, (D_h, D_h): the rotation RoPE applies at position p, to columns: R_p x.
+    """(D_h, D_h): the rotation RoPE applies at position p, in column form, as papers
+    write it: the rotated vector is this matrix times x, a column.
 
-    In the paper's (interleaved) order R_p is block diagonal with blocks
+    In the paper's (interleaved) order it is block diagonal with blocks
     [[cos pθ_i, −sin pθ_i], [sin pθ_i, cos pθ_i]]; with ``pairing="half"`` the same
-    blocks act on coordinates (i, i + D_h/2). R_0 = I, R_pᵀ = R_p⁻¹ = R_−p and
-    R_mᵀ R_n = R_(n−m): hence ⟨R_m q, R_n k⟩ depends on n − m only.
+    blocks act on coordinates (i, i + D_h/2). The book writes vectors as rows and the
+    rotation as x ↦ x R_p, so this matrix is the book's R_pᵀ. Either way R_0 = I,
+    R_pᵀ = R_p⁻¹ = R_−p, and ⟨q R_m, k R_n⟩ = q R_(m−n) kᵀ depends on m − n only.
     """
     _check_pairing(pairing)
     angles = float(position) * rope_frequencies(head_dim, theta).double()  # (D_h/2,)
@@ -387,7 +389,9 @@ def rope_rotation_matrix(
 def apply_rope_reference(
     x: torch.Tensor, positions: Positions, theta: float = 10000.0, pairing: str = "half"
 ) -> torch.Tensor:
-    """RoPE as explicit matrix products x_p ↦ R_p x_p: slow, checks :func:`apply_rope`.
+    """RoPE as explicit matrix products, each position's vector times its
+    :func:`rope_rotation_matrix` (column form; x_p R_p with the book's rows): slow,
+    checks :func:`apply_rope`.
 
     ``x`` is (..., T, D_h) and ``positions`` (T,); every position's vector is multiplied
     by its own :func:`rope_rotation_matrix`. Computed in float64, returned in x's dtype.

@@ -11,11 +11,13 @@ suite's book build (tests/conftest.py) both run it first. The cache is keyed on 
 it is emptied first when course_lib has changed since it was filled: every chapter then runs against
 the library as it is now.
 
-The short chapters run N kernels at a time (default: one per core) on one torch thread each, and the
-longest (chapter 12, which trains for minutes) runs after them alone, with every core. When the caller
-caps the threads (OMP_NUM_THREADS; the test suite sets one, since its other jobs share the cores), all
-run N at a time, the longest first. A kernel gets at most cores / N threads: torch's worker threads
-spin while they wait for a core, so more threads than cores slow every kernel down.
+The short chapters run N kernels at a time (default: one per core) on one torch thread each. The
+longest (chapter 12, which trains for minutes) and the chapters that time something (TIMING_CHAPTERS:
+their timings and the rankings they assert need the cores to themselves) run after them, one at a
+time, each alone with every core. When the caller caps the threads (OMP_NUM_THREADS; the test suite
+sets one, since its other jobs share the cores), all run N at a time, the longest first. A kernel gets
+at most cores / N threads: torch's worker threads spin while they wait for a core, so more threads
+than cores slow every kernel down.
 
 A chapter that fails is not cached; the build executes it again and reports the error under -W, so
 this script's exit status is 0 unless it could not run at all.
@@ -38,6 +40,17 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's execution cache (myst-nb's nb_execution_cache_path)
+# The chapters that time something (grep book/*.ipynb for perf_counter, timeit, Timer): each runs
+# alone, after the others, so that nothing else competes for the cores while it measures.
+TIMING_CHAPTERS = frozenset({
+    "02_embeddings_and_positions.ipynb",  # table lookup against one-hot product
+    "05_normalization.ipynb",  # LayerNorm against RMSNorm, fused and explicit
+    "07_decoder_block.ipynb",  # the forward walkthrough's time
+    "09_language_model.ipynb",  # generation time
+    "10_kv_cache.ipynb",  # a step with and without the cache
+    "11_memory_in_training.ipynb",  # what checkpointing costs in time
+    "12_training.ipynb",  # training and evaluation time
+})
 
 
 def course_lib_digest() -> str:
@@ -99,8 +112,8 @@ def plan(todo: list[pathlib.Path], jobs: int, cores: int, thread_cap: int | None
 
     With the threads capped (the test suite: one, its other jobs share the cores), one phase, the
     longest chapter started first. Otherwise the short chapters run first, `jobs` at a time on one
-    thread each, and the longest runs after them, alone with every core: the whole takes about as long
-    as beside them on one thread, and the long chapter takes the time it takes a reader."""
+    thread each; then the longest and the TIMING_CHAPTERS run one at a time, each alone with every
+    core: the long chapter takes the time it takes a reader, and no timing shares the cores."""
     def phase(chapters):
         kernels = min(jobs, len(chapters))
         threads = max(1, cores // kernels)
@@ -108,7 +121,9 @@ def plan(todo: list[pathlib.Path], jobs: int, cores: int, thread_cap: int | None
 
     if thread_cap is not None or len(todo) == 1 or cores == 1:
         return [phase(todo)]
-    return [phase(todo[1:]), phase(todo[:1])]
+    alone = [p for i, p in enumerate(todo) if i == 0 or pathlib.Path(p).name in TIMING_CHAPTERS]
+    together = [p for p in todo if p not in alone]
+    return ([phase(together)] if together else []) + [(alone, 1, cores)]
 
 
 def main(argv: list[str] | None = None) -> int:
