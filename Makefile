@@ -12,11 +12,12 @@ NBGRADER   := cd exercises && ../$(BIN)/nbgrader
 # nbgrader runs helper programs (alembic) from the environment: put the venv first on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install book test readers exercises grade sync-setup clean help
+.PHONY: install book test test-fast readers exercises grade sync-setup clean help
 
 help:
 	@echo "make book       build the site into _build/html"
 	@echo "make test       run the whole test suite (unit, book, site, exercises)"
+	@echo "make test-fast  the unit tests of course_lib and the grading core (about a minute)"
 	@echo "make readers    after make book: regenerate book/colab/ (the chapters for Colab and Jupyter)"
 	@echo "make exercises  regenerate exercises/release/ from exercises/source/"
 	@echo "make grade      autograde and give feedback for everything in exercises/submitted/"
@@ -40,6 +41,20 @@ book: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The contributor's loop: the unit tests of course_lib and of the grading core, in two pytest processes,
+# one per core (the grading tests, and the rest). Left out, and run by make test: whatever executes or
+# checks notebooks, runs nbgrader, builds the book or drives a browser; the command line and the
+# benchmark scripts run end to end; the experiment grids reproduced and every mistake catalogue graded.
+FAST_SKIP := exercises mistake_catalogue book site_browser colab readers notebooks notebook_helpers \
+             objectives experiments benchmarks cli
+FAST      := -q -p no:cacheprovider $(FAST_SKIP:%=--ignore=tests/test_%.py)
+test-fast: install
+	@log=$$(mktemp); \
+	$(BIN)/python -m pytest $(FAST) tests/test_grading_*.py >$$log 2>&1 & grading=$$!; \
+	$(BIN)/python -m pytest $(FAST) --ignore-glob='tests/test_grading_*.py'; rest=$$?; \
+	wait $$grading; graded=$$?; echo "--- the grading core (tests/test_grading_*.py):"; cat $$log; \
+	rm -f $$log; [ $$rest -eq 0 ] && [ $$graded -eq 0 ]
 
 # The reader notebooks (book/colab/): each chapter with its glued values, citations and callouts
 # rendered for Colab and Jupyter, from its source and the values of the last `make book`.
