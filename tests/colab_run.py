@@ -54,7 +54,7 @@ def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     source = base / "course_lib_source"  # what pip would fetch from the repository: the package
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "course_lib", source / "course_lib",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -357,7 +357,7 @@ def test_an_infinite_loop_costs_at_most_fifteen_seconds(graded):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_grading_a_whole_assignment_is_fast(graded, assignment):
     """The cells of one submission run in well under 10 s (kernel start-up comes on top: measured and
-    reported in the README); the bound here leaves room for a loaded test machine."""
+    reported in exercises/README.md); the bound here leaves room for a loaded test machine."""
     nb = _autograded(graded, "solution", assignment)
     assert sum(_cell_seconds(c) for c in nb["cells"]) < 15.0
 
