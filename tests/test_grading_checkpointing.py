@@ -47,22 +47,36 @@ def identity_saved_bytes(fn, args, exclude=()):
 
 def gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff):
     B, T, D, H, F_ = batch, seq_len, d_model, n_heads, d_ff
-    layer_norm = 4 * (2 * B * T * D + B * T + B * T * D)  # x − μ twice, 1/σ, x̂
-    qkv_input = 4 * B * T * D  # the first norm's output, read by w_qkv
-    core = 4 * (3 * B * T * D + 2 * B * H * T * T) + 2 * T * T
-    w_o = 4 * B * T * D
+    layer_norm = 4 * (B * T * D + B * T)  # x̂ and 1/σ
+    attention = 4 * (B * T * D + 3 * B * T * D + B * H * T * T + B * T * D) + T * T  # input, q k v, P, w_o's input
     ffn = 4 * (B * T * D + 2 * B * T * F_)  # the second norm's output, GELU's input and output
-    return 2 * layer_norm + qkv_input + core + w_o + ffn
+    return 2 * layer_norm + attention + ffn
 
 
 class StateInCtx(torch.autograd.Function):
-    """Restores the generator's state without fork_rng, and keeps x as a ctx attribute: also right."""
+    """Restores the generator's state by hand, puts the caller's back, and keeps x as a ctx attribute: also
+    right."""
 
     @staticmethod
     def forward(ctx, fn, x):
         ctx.fn, ctx.x, ctx.state = fn, x.detach(), torch.random.get_rng_state()
         with torch.no_grad():
             return fn(x)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        caller = torch.random.get_rng_state()
+        torch.random.set_rng_state(ctx.state)
+        with torch.enable_grad():
+            x = ctx.x.requires_grad_()
+            y = ctx.fn(x)
+        torch.random.set_rng_state(caller)
+        y.backward(grad_y)
+        return None, x.grad
+
+
+class Leaky(StateInCtx):
+    """The hole of issue 26: restores the saved state to recompute and never puts the caller's back."""
 
     @staticmethod
     def backward(ctx, grad_y):
@@ -84,29 +98,56 @@ def test_other_correct_formulations_pass():
 
 # --- the references are right ---------------------------------------------------------------------------
 
+def exercise_namespace():
+    """The exercise's own cells (imports, helpers and solutions), as tests/test_mistake_catalogue.py runs them."""
+    from test_mistake_catalogue import namespace
+
+    return namespace("11_memory_in_training")
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 8, 2, 32), (1, 2, 16, 2, 40), (3, 9, 24, 3, 50), (2, 17, 32, 4, 100)])
-def test_the_gpt_block_formula_is_what_a_real_block_saves(shape):
-    """The reference formula against course_lib's own GPT-style block (LayerNorm, GELU, biases, no RoPE) on
-    the explicit path, measured: it fails if the block's operations change."""
+def test_the_gpt_block_formula_is_what_the_exercises_block_keeps(shape):
+    """The reference formula against the exercise's GPT-style block (its LayerNorm Function keeps x̂ and 1/σ,
+    every other operation is torch's), measured: it fails if the block or torch's saving changes."""
+    ns = exercise_namespace()
     B, T, D, H, F_ = shape
-    config = ModelConfig(vocab_size=16, d_model=D, n_layers=1, n_heads=H, n_kv_heads=H, d_ff=F_, norm="layer",
-                         ffn="gelu", bias=True, positional="none")
-    block = TransformerBlock(config)
+    p = ns["gpt_params"](D, F_)
     x = torch.randn(B, T, D, requires_grad=True)
-    measured = ck.saved_bytes(block, x, implementation="reference", exclude=block.parameters())
+    measured = ck.saved_bytes(lambda a: ns["gpt_block"](a, p, H), x, exclude=p.values())
     assert measured == grading._gpt_reference(*shape) == gpt_by_parts(*shape)
 
 
+def test_the_exercises_layer_norm_has_the_right_gradient():
+    ns = exercise_namespace()
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    gamma, beta = (torch.randn(8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(ns["LayerNorm"].apply, (x, gamma, beta))
+
+
 def test_the_checkpoint_reference_is_torchs_checkpoint():
-    """Plain autograd on the same random stream is what torch.utils.checkpoint gives too."""
+    """Plain autograd on the same random stream is what torch.utils.checkpoint gives too, the caller's draws
+    between forward and backward and after backward included."""
     for case in grading._checkpoint_cases(torch.Generator().manual_seed(grading.CHECKPOINTED.seed)):
         fn, x, grad_y, seed = case.args
         x_ = x.detach().requires_grad_()
         grading._start_stream(seed)
         y = torch.utils.checkpoint.checkpoint(fn, x_, use_reentrant=False)
+        torch.rand(grading._LATER_DRAWS)
         y.backward(grad_y)
+        after = torch.rand(grading._NEXT_DRAWS, dtype=torch.float64).to(y.dtype)
         want = grading._plain(fn, x, grad_y, seed)
-        assert torch.allclose(torch.cat([y.detach().reshape(-1), x_.grad.reshape(-1)]), want)
+        assert torch.allclose(torch.cat([y.detach().reshape(-1), x_.grad.reshape(-1), after]), want)
+
+
+def test_a_backward_that_leaks_the_random_state_is_caught_and_named():
+    """Issue 26: a backward that restores the saved state and never puts the caller's back got full marks."""
+    expect(check_checkpointed, lambda fn, x: Leaky.apply(fn, x),
+           "restores the saved RNG state for the recomputation but does not put the caller's state back")
+
+
+def test_the_caller_draws_between_forward_and_backward():
+    """Without draws between the passes a leaking backward would end where plain autograd does."""
+    assert grading._LATER_DRAWS > 0 and grading._NEXT_DRAWS > 0
 
 
 def test_the_predictions_are_what_the_formulas_give():
@@ -198,6 +239,15 @@ def test_not_implemented_is_reported():
 
 def test_dropout_functions_really_draw_random_numbers():
     """The cases that test the bug must differ when the recomputation draws new numbers."""
+    def fresh_masks(fn, x, grad_y, seed):  # the given bug: the recomputation goes on along the stream
+        grading._start_stream(seed)
+        with torch.no_grad():
+            y = fn(x)
+        x2 = x.detach().requires_grad_()
+        (grad,) = torch.autograd.grad(fn(x2), x2, grad_y)
+        return torch.cat([y.reshape(-1), grad.reshape(-1)])
+
     cases = grading._checkpoint_cases(torch.Generator().manual_seed(grading.CHECKPOINTED.seed))
-    differ = [not torch.allclose(grading._fresh_mask(*c.args), grading._plain(*c.args)) for c in cases]
+    differ = [not torch.allclose(fresh_masks(*c.args), grading._plain(*c.args)[:2 * c.args[1].numel()])
+              for c in cases]
     assert differ[0] and sum(differ) >= 4

@@ -1,8 +1,9 @@
 """Checkers for exercise 11 (memory in training).
 
 1. ``saved_bytes`` — measure the bytes a function saves for backward with saved-tensor hooks.
-2. ``gpt_block_saved_bytes`` — extend the chapter's count to a GPT-style block (LayerNorm with biases,
-   GELU FFN, no RoPE, explicit attention), by formula: building or measuring a block is refused.
+2. ``gpt_block_saved_bytes`` — derive what a GPT-style block (LayerNorm with biases, GELU FFN, no RoPE,
+   explicit attention) must keep for backward, from what each operation's derivative reads, by formula:
+   building or measuring a block is refused.
 3. ``checkpointed`` — find and fix the bug in a hand-written checkpoint whose recomputation draws a
    different dropout mask.
 4. ``predictions`` — predict four numbers before computing them (a function returning a dict).
@@ -10,7 +11,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import defaultdict
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +25,8 @@ from .. import checkpointing as ref
 from . import _watch
 from ._predictions import predictions_task
 from ._core import Case, Forbid, GradingError, Mistake, NumberOutput, Task, TensorOutput, describe
+from ._discrepancy import (by_factors, count_words, fit_terms, probe, reasoned_predictions, recall, remember,
+                           remembering, safe, same_tensor)
 
 __all__ = ["check_saved_bytes", "check_gpt_block_saved_bytes", "check_checkpointed", "check_memory_predictions"]
 
@@ -128,28 +134,128 @@ def _measuring(**mistake):
     return lambda fn, args, exclude=(): _measure(fn, args, exclude, **mistake)
 
 
+def _saved_log(fn, args):
+    """Every tensor fn(*args) saves for backward, in order, with the graph kept alive while we look."""
+    packed = []
+
+    def pack(t):
+        packed.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    return packed, out
+
+
+# The ways of counting a saved tensor, dimension by dimension: the first choice of each is the right one,
+# the others are what a count can do instead (and what the message says about it).
+_UNITS = {
+    "storage": None,
+    "view": "the bytes of the saved *view* were counted (numel × element size). A saved view keeps its whole "
+            "storage alive: count t.untyped_storage().nbytes()",
+    "elements": "that is a number of elements, not bytes: count t.untyped_storage().nbytes(), which knows each "
+                "dtype's size",
+    "view-float32": "each saved tensor was counted as numel × 4 bytes: the size of an element depends on the "
+                    "dtype (8 for float64 and int64, 1 for bool), and a view keeps its whole storage: count "
+                    "t.untyped_storage().nbytes()",
+    "quarter": "the bytes were divided by 4, as if every tensor were a float32 to count in elements: the task "
+               "asks for bytes, t.untyped_storage().nbytes() as it is",
+}
+_DEDUPE = {
+    "storage": None,
+    "none": "a storage saved several times (the same tensor saved by two operations, or two views of one "
+            "buffer) was counted each time. It occupies memory once: count each storage once",
+    "address": "storages were told apart by t.data_ptr(), the address of the view's first element: two views of "
+               "one buffer at different offsets then count as two. Use t.untyped_storage().data_ptr()",
+}
+_WHICH = {
+    "all": None,
+    "floats": "only floating-point tensors were counted. Integer indices (kept by an embedding lookup) and bool "
+              "masks (kept by masked_fill) are saved too and take memory",
+    "grad": "only tensors that require grad were counted. What backward reads is saved whether or not it needs a "
+            "gradient itself: integer indices, bool masks",
+    "non-leaf": "leaf tensors (the inputs) were left out. An input that an operation saves is kept alive for "
+                "backward like anything else; only the storages in `exclude` are skipped",
+}
+_EXCLUDE = {
+    "storage": None,
+    "identity": "excluded tensors were recognised by identity (`t is p`). Operations often save a *view* of a "
+                "parameter (nn.Linear saves the transposed weight), a different tensor object on the same storage: "
+                "compare storages, e.g. t.untyped_storage().data_ptr()",
+    "none": "parameters were counted. Everything in `exclude` (usually the parameters) is in memory anyway; skip "
+            "a saved tensor whose storage is one of theirs",
+    "with-inputs": "the inputs' storages were skipped as well as those in `exclude`. An input that an operation "
+                   "saves is kept for backward: only the storages of `exclude` are skipped",
+}
+_OUTPUT = {False: None, True: "the output of fn was added. It is not saved for backward by fn (unless an operation "
+                                 "saves it, as exp does); the task counts what the pack hook receives"}
+
+
+def _count_saved(packed, out, args, exclude, unit, dedupe, which, excluding, output) -> int:
+    def ptr(t):
+        return t.untyped_storage().data_ptr()
+
+    skip_storage = {ptr(p) for p in exclude}
+    if excluding == "with-inputs":
+        skip_storage |= {ptr(a) for a in args if isinstance(a, torch.Tensor)}
+    seen, total = set(), 0
+    for t in packed:
+        if excluding in ("storage", "with-inputs") and ptr(t) in skip_storage:
+            continue
+        if excluding == "identity" and any(t is p for p in exclude):
+            continue
+        if which == "floats" and not t.is_floating_point():
+            continue
+        if which == "grad" and not t.requires_grad:
+            continue
+        if which == "non-leaf" and t.is_leaf:
+            continue
+        key = {"storage": ptr(t), "address": t.data_ptr(), "none": len(seen)}[dedupe]
+        if key in seen:
+            continue
+        seen.add(key)
+        total += {"storage": lambda: t.untyped_storage().nbytes(), "view": lambda: t.numel() * t.element_size(),
+                  "elements": lambda: t.untyped_storage().nbytes() // t.element_size(),
+                  "view-float32": lambda: 4 * t.numel(),
+                  "quarter": lambda: t.untyped_storage().nbytes() // 4}[unit]()
+    if output and isinstance(out, torch.Tensor):
+        total += out.untyped_storage().nbytes()
+    return total
+
+
+@safe
+def _saved_bytes_explain(got, want, case: Case) -> str | None:
+    """Which way of counting gives the student's number: tried dimension by dimension (unit, what counts as
+    one storage, which tensors, what is excluded, the output), kept only if it also gives the student's
+    numbers on the task's other cases; the explanation with the fewest departures wins."""
+    fn, args, exclude = case.args
+    packed, out = _saved_log(fn, args)
+    fits = [choice for choice in itertools.product(_UNITS, _DEDUPE, _WHICH, _EXCLUDE, _OUTPUT)
+            if _count_saved(packed, out, args, tuple(exclude), *choice) == got]
+    if fits:
+        student = recall()
+        for other in _saved_bytes_cases(torch.Generator().manual_seed(SAVED_BYTES.seed)):
+            o_fn, o_args, o_exclude = other.args
+            answer = probe(o_fn, o_args, o_exclude)
+            if not isinstance(answer, int) or student is None:
+                continue
+            o_packed, o_out = _saved_log(o_fn, o_args)
+            narrowed = [c for c in fits if _count_saved(o_packed, o_out, o_args, tuple(o_exclude), *c) == answer]
+            fits = narrowed or fits  # an answer no rule explains (a crash, a fluke) narrows nothing
+        tables = (_UNITS, _DEDUPE, _WHICH, _EXCLUDE, _OUTPUT)
+        stories = sorted(([t[c] for t, c in zip(tables, choice) if t[c]] for choice in fits), key=len)
+        if stories and stories[0]:
+            return "; and ".join(stories[0]) + "."
+    if got == 0:
+        return ("your count is 0: the pack hook saw nothing. Register the hooks around the call itself, "
+                "`with torch.autograd.graph.saved_tensors_hooks(pack, unpack): out = fn(*args)`, and add up what "
+                "pack receives (memory counters such as torch.cuda.memory_allocated() say nothing on the CPU).")
+    return None
+
+
 SAVED_BYTES = Task(
-    name="saved_bytes", reference=_saved_bytes_reference, cases=_saved_bytes_cases, seed=1101,
-    output=NumberOutput("a number of bytes", integer=True), rtol=0.0, atol=0.0,
-    mistakes=[
-        Mistake("excluded tensors were recognised by identity (`t is p`). Operations often save a *view* "
-                "of a parameter (nn.Linear saves the transposed weight), a different tensor object on "
-                "the same storage: compare storages, e.g. t.untyped_storage().data_ptr().",
-                _measuring(by_identity=True)),
-        Mistake("parameters were counted. Everything in `exclude` (usually the parameters) is in memory "
-                "anyway; skip a saved tensor whose storage is one of theirs.", _measuring(skip_excluded=False)),
-        Mistake("only floating-point tensors were counted. Integer indices (kept by an embedding lookup) "
-                "and bool masks (kept by masked_fill) are saved too and take memory.",
-                _measuring(floats_only=True)),
-        Mistake("the bytes of each saved view were counted every time it was saved. Count each storage "
-                "once, and count all of it (t.untyped_storage().nbytes()).",
-                _measuring(dedupe=False, whole_storage=False)),
-        Mistake("a storage saved several times (the same tensor saved by two operations, or two views "
-                "of one buffer) was counted each time. It occupies memory once: count each storage once.",
-                _measuring(dedupe=False)),
-        Mistake("the bytes of the saved *view* were counted (numel × element size). A saved view keeps "
-                "its whole storage alive: count t.untyped_storage().nbytes().", _measuring(whole_storage=False)),
-    ],
+    name="saved_bytes", reference=_saved_bytes_reference, cases=_saved_bytes_cases, seed=1101, run=remembering,
+    output=NumberOutput("a number of bytes", integer=True), rtol=0.0, atol=0.0, explain=_saved_bytes_explain,
     forbid=Forbid(modules=(ref,)),  # saved-tensor hooks are the instrument here: allowed
     hint="Print every tensor your pack hook receives (shape, dtype, storage address, storage bytes) for "
          "this case, and decide for each whether it is new memory.",
@@ -160,34 +266,22 @@ check_saved_bytes = SAVED_BYTES.checker(
     ``fn(*args)`` saves for backward, storages of ``exclude`` not counted.""")
 
 
-# --- Task 2: a GPT-style block, by formula ------------------------------------------------------------
-
-def _gpt_formula(batch, seq_len, d_model, n_heads, d_ff, *, centred=2, rstd=True, norm_out=True,
-                 gelu_tensors=2, n_weights=2, masks=True, w_o_input=True, rope=False, bytes_per=4,
-                 params=False, kv_heads=None):
-    """Bytes a float32 GPT-style block saves on the explicit attention path (T, H ≥ 2), with switches
-    that reproduce the common mistakes. Per LayerNorm: x − μ (computed twice, for σ² and for the
-    division), 1/σ, the normalised x̂ (for γ), its output (for the next linear layers)."""
-    B, T, D, H, F_ = batch, seq_len, d_model, n_heads, d_ff
-    D_h = D // H
-    per_norm = (centred + (1 if norm_out else 0)) * D + 1 * D + (1 if rstd else 0)  # x − μ, x̂, output, 1/σ
-    e = B * T * 2 * per_norm
-    h_kv = H if kv_heads is None else kv_heads
-    e += B * T * (H * D_h + 2 * h_kv * D_h)  # q, k, v (multi-head: H heads each)
-    e += n_weights * B * H * T * T  # softmax output and masked weights
-    e += B * T * H * D_h if w_o_input else 0  # the heads concatenated, w_o's input
-    e += gelu_tensors * B * T * F_  # GELU's input and output (w_down's input)
-    e += T * D_h if rope else 0
-    if params:
-        e += 4 * D * D + 4 * D + 2 * D * F_ + D + F_ + 4 * D
-    total = bytes_per * e
-    if masks:
-        total += 2 * T * T  # two bool (T, T) causal masks, one byte per element
-    return total
-
+# --- Task 2: what a GPT-style block must keep, by formula --------------------------------------------------
+#
+# The block of the exercise keeps, operation by operation, what its derivative reads (the notebook writes
+# it that way, with a LayerNorm Function that keeps x̂ and 1/σ), and tests/test_grading_checkpointing.py
+# measures that block against this formula. In elements of 4 bytes (float32), with B, T, D, H, F:
+#   the two LayerNorms         2 · (B·T·D + B·T)      x̂ and 1/σ each
+#   the linear layers' inputs  3 · B·T·D + B·T·F      both norms' outputs, the heads concatenated (w_o),
+#                                                     GELU's output (w_down)
+#   the attention core         3 · B·T·D + B·H·T·T    q, k (QKᵀ), v and P (P V; softmax keeps P too)
+#   GELU                       B·T·F                  its input
+# plus the bool causal mask that masked_fill keeps, T·T bytes.
 
 def _gpt_reference(batch, seq_len, d_model, n_heads, d_ff):
-    return _gpt_formula(batch, seq_len, d_model, n_heads, d_ff)
+    B, T, D, H, F_ = batch, seq_len, d_model, n_heads, d_ff
+    floats = 2 * (B * T * D + B * T) + 3 * B * T * D + B * T * F_ + 3 * B * T * D + B * H * T * T + B * T * F_
+    return 4 * floats + T * T
 
 
 def _gpt_cases(gen: torch.Generator) -> list[Case]:
@@ -203,38 +297,111 @@ def _gpt_cases(gen: torch.Generator) -> list[Case]:
             for B, T, D, H, F_ in shapes]
 
 
-def _gpt(**mistake):
-    return lambda *a: _gpt_formula(*a, **mistake)
+def _gpt_terms(B, T, D, H, F_) -> dict[str, int]:
+    """What a block's count of kept bytes can be made of (elements; the fit finds the bytes per element)."""
+    return {"BTD": B * T * D, "BT": B * T, "BHTT": B * H * T * T, "BTF": B * T * F_, "TT": T * T,
+            "TDh": T * (D // H), "BHT": B * H * T, "DD": D * D, "DF": D * F_, "D": D, "F": F_}
+
+
+_GPT_TERMS = list(_gpt_terms(1, 2, 4, 2, 8))
+
+# (B, T, D) tensors the block keeps, for the messages: what a count with one more or one fewer may hold.
+_BTD_MORE = ("additions keep nothing (neither the block's input x nor the residual sum), LayerNorm keeps x̂ and "
+             "not x − μ, and a tensor several operations keep is in memory once")
+_BTD_FEWER = ("each linear layer keeps its input — a LayerNorm's output (read by w_qkv or w_up) is a tensor of "
+              "its own besides the x̂ the norm keeps, and w_o's input is the heads concatenated, a copy made by "
+              "reshape — and QKᵀ keeps q and k, P V keeps v")
+
+
+def _tensors(k: Fraction, shape: str) -> str:
+    return count_words(k, f"{shape} tensor")
+
+
+def _gpt_story(c: dict[str, Fraction]) -> list[str]:
+    c = defaultdict(Fraction, c)
+    said = []
+    floats = {n: c[n] / 4 for n in ("BTD", "BT", "BHTT", "BTF")}
+    if any(c[n] for n in ("DD", "DF", "D", "F")):
+        said.append("the parameters (weights and biases) were counted: they are in memory whether or not "
+                    "anything is saved, and adding a bias saves nothing either")
+    if c["TDh"]:
+        said.append("this block has no RoPE: there are no cos and sin tables to keep")
+    n = floats["BTD"]
+    if n == 1:
+        said.append("your count has one (B, T, D) tensor too many: additions keep nothing (not the block's input "
+                    "x, not the residual sum), and a tensor several operations keep is in memory once")
+    elif n == 2:
+        said.append("your count has two (B, T, D) tensors too many: each LayerNorm keeps x̂ and 1/σ, not x − μ "
+                    "(or x) as well, and additions keep nothing")
+    elif n == -1:
+        said.append("your count has one (B, T, D) tensor too few: w_o keeps its input, the heads concatenated (a "
+                    "copy made by reshape), and QKᵀ keeps both q and k, P V keeps v")
+    elif n == -2:
+        said.append("your count has two (B, T, D) tensors too few: w_qkv and w_up keep their inputs, the "
+                    "LayerNorms' outputs, which are tensors of their own besides the x̂ each norm keeps")
+    elif n > 0:
+        said.append(f"your count has {_tensors(n, '(B, T, D)')} ({_BTD_MORE})")
+    elif n < 0:
+        said.append(f"your count has {_tensors(n, '(B, T, D)')} ({_BTD_FEWER})")
+    n = floats["BT"]
+    if n < 0:
+        said.append(f"your count has {_tensors(n, '(B, T)')}: each LayerNorm also keeps 1/σ, one float per "
+                    f"position")
+    elif n > 0:
+        said.append(f"your count has {_tensors(n, '(B, T)')}: each LayerNorm keeps 1/σ and x̂, nothing more (not "
+                    f"μ, not σ besides 1/σ)")
+    n = floats["BHTT"]
+    if n > 0:
+        said.append(f"your count has {_tensors(n, '(B, H, T, T)')}: the attention weights P are in memory once — "
+                    f"softmax keeps its output and P V keeps the same tensor — and the scores before softmax are "
+                    f"not kept (softmax's derivative reads its output)")
+    elif n < 0:
+        said.append(f"your count has {_tensors(n, '(B, H, T, T)')}: softmax keeps its output P (its derivative "
+                    f"reads it), which P V also reads")
+    n = floats["BTF"]
+    if n < 0:
+        said.append(f"your count has {_tensors(n, '(B, T, F)')}: GELU keeps its input (for its derivative) and "
+                    f"w_down keeps GELU's output")
+    elif n > 0:
+        said.append(f"your count has {_tensors(n, '(B, T, F)')}: the FFN keeps GELU's input and output; it has no "
+                    f"gate (SwiGLU's four do not apply)")
+    k = c["TT"]
+    if k == 3:
+        said.append("the mask is bool: 1 byte per element, not 4")
+    elif k < 0:
+        said.append("the bool causal mask is missing: masked_fill keeps the mask it was given, T × T bytes")
+    elif k > 0:
+        said.append(f"your count has {count_words(k, 'T × T bool mask')}: one mask, built once, is kept by "
+                    f"masked_fill")
+    if c["BHT"]:
+        said.append("there is nothing of shape (B, H, T) to keep: softmax keeps its output, not its row sums")
+    return said
+
+
+@safe
+def _gpt_explain(got, want, case: Case) -> str | None:
+    B, T, D, H, F_ = case.args
+    floats = (want - T * T) // 4
+    if got == floats + T * T or got == floats:
+        return "you counted elements, not bytes: float32 takes 4 bytes per element (bool masks 1)."
+    student = recall()
+    samples = []
+    for shape in _gpt_cases(torch.Generator().manual_seed(1112)) + _gpt_cases(torch.Generator().manual_seed(1113)):
+        value = probe(*shape.args)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or student is None:
+            return None
+        samples.append((Fraction(value).limit_denominator(1000) - _gpt_reference(*shape.args), _gpt_terms(*shape.args)))
+    fit = fit_terms(samples, _GPT_TERMS, denominators=(1, 2, 4))
+    if fit:
+        story = _gpt_story(fit)
+        if story:
+            return "; ".join(story) + "."
+    return None
 
 
 GPT_BLOCK_SAVED_BYTES = Task(
-    name="gpt_block_saved_bytes", reference=_gpt_reference, cases=_gpt_cases, seed=1102,
-    output=NumberOutput("a number of bytes", integer=True), rtol=0.0, atol=0.0,
-    mistakes=[
-        Mistake("each LayerNorm keeps x − μ twice: course_lib's layer_norm computes it once for the variance "
-                "and again for the division, two separate tensors, each saved by its own operation.",
-                _gpt(centred=1)),
-        Mistake("each LayerNorm also keeps 1/σ, one float per position (saved by rsqrt and by the product).",
-                _gpt(rstd=False)),
-        Mistake("each LayerNorm's output is kept too: the linear layers that read it save their input.",
-                _gpt(norm_out=False)),
-        Mistake("the GELU FFN keeps two (B, T, F) tensors: GELU's input (for its derivative) and its output "
-                "(w_down's input). It has no gate: SwiGLU's four tensors do not apply.", _gpt(gelu_tensors=4)),
-        Mistake("the GELU FFN keeps two (B, T, F) tensors: GELU's input (for its derivative) and its output "
-                "(w_down's input).", _gpt(gelu_tensors=1)),
-        Mistake("the explicit path keeps two (B, H, T, T) tensors, not one: the softmax output (kept by "
-                "softmax) and the masked weights (kept by the product with V).", _gpt(n_weights=1)),
-        Mistake("the two bool causal masks are missing (one byte per element, T × T each): masked_fill "
-                "keeps the mask it was given, and each masked_fill gets a fresh ~mask.", _gpt(masks=False)),
-        Mistake("the input of w_o — the heads concatenated, a copy made by reshape — is saved by w_o.",
-                _gpt(w_o_input=False)),
-        Mistake("this block has no RoPE (positional='none'): there are no cos and sin tables to keep.",
-                _gpt(rope=True)),
-        Mistake("the parameters (weights and biases) were counted. They are in memory whether or not "
-                "anything is saved; adding a bias saves nothing either.", _gpt(params=True)),
-        Mistake("you counted elements, not bytes: float32 takes 4 bytes per element (bool masks 1).",
-                _gpt(bytes_per=1)),
-    ],
+    name="gpt_block_saved_bytes", reference=_gpt_reference, cases=_gpt_cases, seed=1102, run=remembering,
+    output=NumberOutput("a number of bytes", integer=True), rtol=0.0, atol=0.0, explain=_gpt_explain,
     forbid=Forbid(modules=(ref,), models=True),
     hint="Go through the block operation by operation, as the chapter does for the pre-norm block, and "
          "check each part with your saved_bytes on one LayerNorm, the attention, and the FFN alone.",
@@ -242,8 +409,8 @@ GPT_BLOCK_SAVED_BYTES = Task(
 
 check_gpt_block_saved_bytes = GPT_BLOCK_SAVED_BYTES.checker(
     """Check ``gpt_block_saved_bytes(batch, seq_len, d_model, n_heads, d_ff) -> int``: the bytes a float32
-    GPT-style block (LayerNorm with bias, multi-head attention on the explicit path, GELU FFN, biases, no
-    RoPE) saves for backward, parameters excluded.""")
+    GPT-style block (LayerNorm with bias, causal multi-head attention, GELU FFN, biases, no RoPE) keeps for
+    backward when every operation keeps what its derivative reads, parameters excluded.""")
 
 
 # --- Task 3: a checkpoint that recomputes with the same random numbers (find and fix) -----------------------
@@ -280,46 +447,55 @@ def _start_stream(seed):
     torch.rand(3 + seed % 5)
 
 
+# Between the forward pass and the backward pass the caller goes on drawing random numbers (the layers
+# after the checkpoint have their own dropout), and after backward it draws again: the draws after
+# backward must be those plain autograd gives, so a backward that leaves the generator somewhere else
+# (the saved state restored and never put back, say) shows up in the output.
+_LATER_DRAWS, _NEXT_DRAWS = 5, 4
+
+
+def _cuda_state():
+    """The CUDA generator's state where CUDA is the course's device (course_lib.device), else None."""
+    from ..device import get_device
+
+    if get_device().type != "cuda":
+        return None
+    try:
+        return torch.cuda.get_rng_state()
+    except Exception:  # a CUDA that cannot start here: nothing to compare
+        return None
+
+
 def _plain(fn, x, grad_y, seed):
-    """What backward through fn itself gives: y = fn(x) and grad_y backpropagated, same stream."""
+    """What backward through fn itself gives: y = fn(x), the caller's later draws, grad_y backpropagated,
+    then the caller's next draws — on the same stream."""
     x = x.detach().requires_grad_()
     _start_stream(seed)
     y = fn(x)
+    torch.rand(_LATER_DRAWS)
     (grad,) = torch.autograd.grad(y, x, grad_y)
-    return torch.cat([y.detach().reshape(-1), grad.reshape(-1)])
+    after = torch.rand(_NEXT_DRAWS, dtype=torch.float64).to(y.dtype)
+    return torch.cat([y.detach().reshape(-1), grad.reshape(-1), after])
 
 
-def _fresh_mask(fn, x, grad_y, seed):
-    """The given bug: the recomputation continues the random stream, so it draws new masks."""
+def _states(fn, x, seed):
+    """The generator's states in a plain run: before fn, after fn, after the caller's later draws."""
     _start_stream(seed)
+    before = torch.get_rng_state()
     with torch.no_grad():
-        y = fn(x)
-    x2 = x.detach().requires_grad_()
-    (grad,) = torch.autograd.grad(fn(x2), x2, grad_y)
-    return torch.cat([y.reshape(-1), grad.reshape(-1)])
+        fn(x)
+    after_fn = torch.get_rng_state()
+    torch.rand(_LATER_DRAWS)
+    return before, after_fn, torch.get_rng_state()
 
 
-def _reseeded(seed_used):
-    """Reseeding in forward and in backward (a constant, or the initial seed): consistent, but not the
-    caller's stream."""
-    def compute(fn, x, grad_y, seed):
-        x = x.detach().requires_grad_()
-        torch.manual_seed(seed if seed_used is None else seed_used)
-        y = fn(x)
-        (grad,) = torch.autograd.grad(y, x, grad_y)
-        return torch.cat([y.detach().reshape(-1), grad.reshape(-1)])
-    return compute
-
-
-def _grad_is_grad_y(fn, x, grad_y, seed):
-    _start_stream(seed)
-    with torch.no_grad():
-        y = fn(x)
-    return torch.cat([y.reshape(-1), grad_y.reshape(-1)])
+_RUN: dict = {}  # what the last run of the student's checkpoint left: its generator states
 
 
 def _run_checkpointed(student, fn, x, grad_y, seed):
-    """Call the student's checkpoint under a saved-tensor log; backpropagate grad_y; return y and x's gradient."""
+    """Call the student's checkpoint under a saved-tensor log; let the caller draw; backpropagate grad_y;
+    let the caller draw again. Returns y, x's gradient and the caller's next draws."""
+    remember(student)
     x = x.detach().requires_grad_()
     saved = []
 
@@ -328,8 +504,10 @@ def _run_checkpointed(student, fn, x, grad_y, seed):
         return t
 
     _start_stream(seed)
+    cuda_before = _cuda_state()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = student(fn, x)
+    _RUN["after_forward"] = torch.get_rng_state()
     if not isinstance(y, torch.Tensor):
         raise GradingError(f"`checkpointed` returned a {type(y).__name__}; it should return fn(x), a tensor.")
     if y.shape != x.shape:
@@ -347,11 +525,113 @@ def _run_checkpointed(student, fn, x, grad_y, seed):
                            f"({len(kept)} of them), so it saves no memory: that is plain autograd, not "
                            "checkpointing. Run fn under torch.no_grad() in forward, keep only x, and run fn "
                            "again in backward.")
-    y.backward(grad_y)
+    torch.rand(_LATER_DRAWS)  # the layers after the checkpoint draw their own dropout masks
+    _RUN["before_backward"] = torch.get_rng_state()
+    try:
+        y.backward(grad_y)
+    except RuntimeError as err:
+        text = " ".join(str(err).split())
+        if "incorrect number of gradients" in text or "gradient different than None at position" in text:
+            raise GradingError(f"`checkpointed`'s backward failed: {text[:160]}. Likely mistake: backward returns "
+                               f"one gradient per input of forward, in order: (None for fn, grad_x).") from None
+        if "does not require grad" in text:
+            raise GradingError("`checkpointed`'s backward failed: the recomputed output has no graph. Likely "
+                               "mistake: autograd runs backward with gradients off; recompute fn under "
+                               "torch.enable_grad(), on a detached x that requires grad.") from None
+        raise
+    _RUN["after_backward"] = torch.get_rng_state()
+    cuda_after = _cuda_state()
+    if cuda_before is not None and cuda_after is not None and not torch.equal(cuda_before, cuda_after):
+        raise GradingError("`checkpointed` leaves the CUDA generator in another state than it found it (these "
+                           "inputs are on the CPU, so plain autograd does not touch it). Likely mistake: it "
+                           "restores a saved CUDA random state for the recomputation but does not put the "
+                           "caller's state back: do the recomputation inside torch.random.fork_rng().")
     if x.grad is None:
         raise GradingError("after backward, x has no gradient: the backward of your Function must return "
                            "the gradient for x (and None for fn).")
-    return torch.cat([y.detach().reshape(-1), x.grad.reshape(-1)])
+    after = torch.rand(_NEXT_DRAWS, dtype=torch.float64).to(y.dtype)
+    return torch.cat([y.detach().reshape(-1), x.grad.reshape(-1), after])
+
+
+def _first_draws(fn, x, seed=None, reseed=None):
+    """fn(x) without gradients, from the caller's stream (``seed``) or right after torch.manual_seed(reseed)."""
+    if reseed is not None:
+        torch.manual_seed(reseed)
+    else:
+        _start_stream(seed)
+    with torch.no_grad():
+        return fn(x)
+
+
+@safe
+def _checkpoint_explain(got, want, case: Case) -> str | None:
+    fn, x, grad_y, seed = case.args
+    n = x.numel()
+    y_ok = same_tensor(got[:n], want[:n], 1e-5, 1e-6)
+    grad_ok = same_tensor(got[n:2 * n], want[n:2 * n], 1e-5, 1e-6)
+    if y_ok and grad_ok:
+        before, after_fn, right = _states(fn, x, seed)
+        left = _RUN.get("after_backward")
+        if left is None:
+            return None
+        if torch.equal(left, after_fn):
+            return ("restores the saved RNG state for the recomputation but does not put the caller's state "
+                    "back: after backward the generator is where the forward pass left it, so the random "
+                    "numbers the caller drew since then (later layers' dropout) come again. Recompute inside "
+                    "torch.random.fork_rng(), which puts the caller's state back when it ends.")
+        if torch.equal(left, before):
+            return ("after backward the generator is back at the state saved before the forward pass: it must be "
+                    "where the caller left it. Restore the saved state only for the recomputation, inside "
+                    "torch.random.fork_rng(), which puts the caller's state back when it ends.")
+        if torch.equal(_RUN.get("after_forward"), before):
+            return ("your forward pass does not advance the caller's random stream as fn(x) does: the caller's "
+                    "next random numbers repeat those fn drew. Run fn in forward on the caller's stream; isolate "
+                    "only backward's recomputation (torch.random.fork_rng()).")
+        return ("after your forward and backward the random generator is not where plain autograd leaves it: "
+                "the recomputation must draw from the saved state without moving the caller's stream.")
+    if same_tensor(got[n:2 * n], grad_y.reshape(-1), 1e-5, 1e-6) and not grad_ok:
+        return ("backward returns grad_y itself as x's gradient: backpropagate it through the recomputed fn, "
+                "e.g. torch.autograd.grad(y, x, grad_y).")
+    if not y_ok:
+        y = got[:n].reshape(x.shape)
+        student = recall()
+        again = None
+        try:
+            _start_stream(seed + 1000)
+            again = student(fn, x.detach().requires_grad_()).detach()
+        except Exception:
+            pass
+        if again is not None and same_tensor(again, y, 1e-5, 1e-6) and \
+                not same_tensor(_first_draws(fn, x, seed + 1000), _first_draws(fn, x, seed), 1e-5, 1e-6):
+            return ("the generator is reseeded (with a fixed number): every call then draws the same masks, "
+                    "whatever the caller's random state, and the output is not what fn(x) gives at this point "
+                    "of the stream. Save and restore the generator's state instead (torch.get_rng_state, "
+                    "torch.set_rng_state).")
+        if same_tensor(_first_draws(fn, x, reseed=seed), y, 1e-5, 1e-6):
+            return ("the generator is reseeded with its initial seed: that restarts the random stream from its "
+                    "beginning instead of where fn was called, so the output is not what fn(x) gives at this "
+                    "point of the stream. Save the generator's state (torch.get_rng_state()) and restore it "
+                    "(torch.set_rng_state).")
+        return ("the output is not fn(x) at this point of the caller's random stream: forward must run fn on the "
+                "generator as it finds it (save its state first, change nothing).")
+    # the output is right and the gradient is not: does it go wrong only where fn draws random numbers?
+    student = recall()
+    steady = lambda t: torch.tanh(t) ** 2  # noqa: E731 — no randomness
+    try:
+        x2 = x.detach().requires_grad_()
+        y2 = student(steady, x2)
+        y2.backward(grad_y)
+        steady_ok = x2.grad is not None and same_tensor(x2.grad, 2 * torch.tanh(x) * (1 - torch.tanh(x) ** 2) *
+                                                         grad_y, 1e-5, 1e-6)
+    except Exception:
+        steady_ok = False
+    if steady_ok:
+        return ("the recomputation in backward draws new random numbers (a fresh dropout mask), so the gradient "
+                "belongs to a different function than the output: for a fn without randomness your gradient is "
+                "right. Save the generator's state in forward, BEFORE running fn (torch.get_rng_state()), and "
+                "restore it before running fn again in backward — inside torch.random.fork_rng(), so the caller's "
+                "random stream is not disturbed.")
+    return None
 
 
 # torch's own checkpointing, by function: forbidding the whole module would also catch generic code that
@@ -367,23 +647,7 @@ _TORCH_CHECKPOINT = (
 CHECKPOINTED = Task(
     name="checkpointed", reference=_plain, cases=_checkpoint_cases, seed=1103, run=_run_checkpointed,
     output=TensorOutput("the dtype of x (the output and the gradient)"), rtol=1e-5, atol=1e-6,
-    mistakes=[
-        Mistake("the recomputation in backward draws new random numbers (a fresh dropout mask), so the "
-                "gradient belongs to a different function than the output. Save the generator's state "
-                "in forward, BEFORE running fn (torch.get_rng_state()), and restore it before running fn "
-                "again in backward — inside torch.random.fork_rng(), so the caller's random stream is not "
-                "disturbed.", _fresh_mask),
-        Mistake("the generator is reseeded (with a fixed number): every call then draws the same masks, "
-                "whatever the caller's random state, and the output is not what fn(x) gives at this point "
-                "of the stream. Save and restore the generator's state instead (torch.get_rng_state, "
-                "torch.set_rng_state).", _reseeded(0)),
-        Mistake("the generator is reseeded with its initial seed: that restarts the random stream from its "
-                "beginning instead of where fn was called, so the output is not what fn(x) gives at this "
-                "point of the stream. Save the generator's state (torch.get_rng_state()) and restore it "
-                "(torch.set_rng_state).", _reseeded(None)),
-        Mistake("backward returns grad_y itself as x's gradient: backpropagate it through the recomputed "
-                "fn, e.g. torch.autograd.grad(y, x, grad_y).", _grad_is_grad_y),
-    ],
+    explain=_checkpoint_explain,
     forbid=Forbid(modules=(ref,), functions=_TORCH_CHECKPOINT),
     hint="Compare your gradient with plain autograd on the same seed, for a fn with dropout and for one "
          "without: which random numbers does each call of fn draw?",
@@ -446,7 +710,98 @@ def _true_predictions() -> dict[str, float]:
     }
 
 
-MEMORY_PREDICTIONS = predictions_task(
+_GIB_FACTORS = [
+    (0.5, "the model trains in float32: 4 bytes per number, not 2"),
+    (1 / 32, "every one of the 32 checkpointed blocks keeps its own input"),
+    (2.0, "each block's input was counted with its output: the output of one block IS the next block's input, "
+          "one tensor, kept once"),
+    (2**30 / 1e9, "that is in GB (10⁹ bytes); the question asks for GiB (2³⁰ bytes)"),
+    (1024.0, "that is in MiB; the question asks for GiB (2³⁰ bytes)"),
+    (8.0, "that counts bits: float32 is 4 bytes"),
+    (1 / 2048, "the input of a block holds all 2,048 positions"),
+    (1 / 4096, "each position's input is a vector of D = 4096 numbers"),
+]
+
+
+def _segment_story(value, given, true) -> str | None:
+    """A segment length: is it a whole number of blocks dividing 64, and which way does the peak fall?"""
+    N, a, m = 64, 1.0, 16.0
+
+    def peak(k):
+        return (N / k) * a + k * m
+
+    if value <= 0:
+        return None
+    if value != int(value) or N % int(value):
+        return "segments hold whole blocks and tile the 64 blocks: k must divide 64."
+    k = int(value)
+    wrong = {8: "√N is the answer when a block's activations cost as much as its input (m = a). Here m = 16a: "
+                "minimise (N/k)·a + k·m over k.",
+             4: "set the derivative of (N/k)·a + k·m to zero: k² = N·a/m, so k is a square root.",
+             16: "set the derivative of (N/k)·a + k·m to zero: k² = N·a/m, not m/a.",
+             32: "set the derivative of (N/k)·a + k·m to zero: k² = N·a/m, not N·m/a."}
+    if k in wrong:
+        return wrong[k]
+    if k % 2 == 0 and peak(k // 2) < peak(k):
+        return ("the peak (N/k)·a + k·m is lower at half your k: with m = 16a, a longer segment costs more in "
+                "recomputed activations than it saves in stored inputs. Evaluate the peak at the divisors around "
+                "yours.")
+    if 2 * k <= N and peak(2 * k) < peak(k):
+        return ("the peak (N/k)·a + k·m is lower at twice your k: longer segments keep fewer inputs. Evaluate the "
+                "peak at the divisors around yours.")
+    return None
+
+
+def _flop_story(value, given, true) -> str | None:
+    """A FLOP ratio read as (step + recomputation) / step: which part is off."""
+    for step, step_why in ((3, None), (2, "a step is a forward (F) and a backward (≈ 2F), 3F in all, not 2F"),
+                           (4, "a step is a forward (F) and a backward (≈ 2F), 3F in all, not 4F")):
+        for extra, extra_why in ((0.5, None),
+                                 (1.0, "that is the ratio when EVERY block is checkpointed; here only half of them "
+                                       "run their forward pass again"),
+                                 (1.5, "the recomputation adds one forward of the checkpointed half (F/2), not "
+                                       "half a step"),
+                                 (0.25, "the recomputation is one forward of half the blocks, F/2, not F/4"),
+                                 (2.0, "checkpointing does not double a step: only the checkpointed blocks' forward "
+                                       "runs again"),
+                                 (0.0, "the checkpointed blocks run their forward pass again during backward: that "
+                                       "costs F/2 more")):
+            if abs(value - (step + extra) / step) < 1e-3:
+                why = [w for w in (step_why, extra_why) if w]
+                return "; and ".join(why) + "." if why else None
+    if abs(value - 7 / 4) < 1e-3:
+        return "a step is forward (F) plus backward (2F), and the recomputation adds F/2: compare with 3F."
+    return None
+
+
+def _init_loss_story(value, given, true) -> str | None:
+    """ln V + D σ² / 2, read part by part."""
+    V, D, sigma = 65, 512, 0.02
+    if abs(value - V) < 1e-3:
+        return "65 would be the perplexity of a uniform guess; the question asks for the loss in nats."
+    for base, base_why in ((math.log(V), None), (math.log2(V), "that is in bits (log₂); the loss is in nats")):
+        for rise, rise_why in ((D * sigma**2 / 2, None),
+                               (0.0, "ln V is the loss of a model whose logits are all equal. Random weights give "
+                                     "random logits of variance Dσ², which raise the expected loss by Dσ²/2"),
+                               (D * sigma**2, "the logits' variance is Dσ², but the loss rises by HALF of it: "
+                                              "E[e^z] = e^(s²/2) for z ~ N(0, s²)"),
+                               (sigma**2 / 2, "the logits' variance grows with the width: a logit sums D terms, "
+                                              "so its variance is Dσ², and the loss rises by Dσ²/2"),
+                               (D * sigma / 2, "σ is a standard deviation: the variance is σ², so the loss rises by "
+                                               "Dσ²/2"),
+                               (math.sqrt(D) * sigma / 2, "the rise is half the logits' VARIANCE, Dσ²/2, not their "
+                                                          "standard deviation"),
+                               (-D * sigma**2 / 2, "random logits RAISE the expected loss above ln V: for z ~ N(0, "
+                                                   "s²), E[e^z] = e^(s²/2) > 1")):
+            if abs(value - (base + rise)) < 2e-3:
+                why = [w for w in (base_why, rise_why) if w]
+                return "; and ".join(why) + "." if why else None
+        if abs(value - (base + D * sigma**2 / 2) / math.log(2)) < 2e-3:
+            return "that is in bits (divided by ln 2); the loss is in nats."
+    return None
+
+
+MEMORY_PREDICTIONS = reasoned_predictions(predictions_task(
     truth=_true_predictions,
     wrong=_WRONG_PREDICTIONS,
     seed=1104,
@@ -454,7 +809,9 @@ MEMORY_PREDICTIONS = predictions_task(
     atol=1e-6,
     forbid=Forbid(modules=(ref,), models=True),
     advice="Work it out on paper from the chapter first, then run the cell below.",
-)
+), _true_predictions, {"checkpointed_gib": by_factors("checkpointed_gib", _GIB_FACTORS),
+                       "best_segment": _segment_story, "flop_ratio_half": _flop_story,
+                       "init_loss": _init_loss_story})
 
 check_memory_predictions = MEMORY_PREDICTIONS.checker(
     """Check ``predictions() -> dict``: the stored inputs of a checkpointed 32-block model (GiB), the best
