@@ -31,11 +31,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The chapters not yet in the execution cache run first, one kernel per core (tests/execute_book.py,
-# which empties the cache when course_lib has changed since it was filled); the build finds them cached.
+# The chapters not yet in the execution cache run first, one kernel per core (book/_tools/execute_book.py,
+# which empties the cache when course_lib has changed since it was filled, and prints one line per
+# chapter); the build finds them cached. -q: Sphinx prints its warnings (errors under -W), not its progress.
 book: install
-	$(BIN)/python tests/execute_book.py
-	$(BIN)/jupyter-book build . -W --keep-going
+	$(BIN)/python book/_tools/execute_book.py
+	$(BIN)/jupyter-book build . -W --keep-going -q
 	@echo
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
@@ -59,7 +60,7 @@ test-fast: install
 # The reader notebooks (book/colab/): each chapter with its glued values, citations and callouts
 # rendered for Colab and Jupyter, from its source and the values of the last `make book`.
 readers: install
-	$(BIN)/python tests/reader_notebooks.py --write
+	$(BIN)/python book/_tools/reader_notebooks.py --write
 
 exercises: install
 	$(NBGRADER) generate_assignment "*" --force --no-db
@@ -74,7 +75,7 @@ grade: install
 	$(NBGRADER) export
 
 sync-setup: install
-	$(BIN)/python tests/setup_cell.py --write
+	$(BIN)/python book/_tools/setup_cell.py --write
 
 clean:
 	rm -rf _build exercises/autograded exercises/feedback exercises/gradebook.db

@@ -5,10 +5,10 @@ the expensive work starts in the background, for the selected tests that need it
 the unit tests (2 cores, one budget):
 
 - the book build, ``jupyter-book build . -W --keep-going`` (tests/test_book.py, test_site_browser.py),
-  after tests/execute_book.py has executed the chapters into its cache two at a time; every chapter
+  after book/_tools/execute_book.py has executed the chapters into its cache two at a time; every chapter
   runs in the development environment, hidden asserts included, against the library as it is now
   (the script empties the cache when course_lib has changed since it was filled);
-- the Colab-like run of the reader notebooks and released exercises, tests/colab_run.py, in a fresh
+- the Colab-like run of the reader notebooks and released exercises, book/_tools/colab_run.py, in a fresh
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
   (tests/test_site_browser.py).
@@ -36,6 +36,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_tools"))  # the build tools the tests check (execute_book, …)
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"  # inherited by every job
 import torch  # noqa: E402  (after the variables, which torch reads when it loads)
 
@@ -66,10 +67,10 @@ def _wait(name: str, timeout: float) -> tuple[int, str]:
 
 def start_book_build() -> None:
     """Start the book build once, its output going to a temporary log file: the chapters that are not
-    in the execution cache, two kernels at a time (tests/execute_book.py), then `jupyter-book build .
+    in the execution cache, two kernels at a time (book/_tools/execute_book.py), then `jupyter-book build .
     -W --keep-going`, which finds them cached (and executes again, to report it, any that failed)."""
     bin_dir = pathlib.Path(sys.executable).parent
-    execute = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'execute_book.py'))}"
+    execute = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'book' / '_tools' / 'execute_book.py'))}"
     build = f"exec {shlex.quote(str(bin_dir / 'jupyter-book'))} build . -W --keep-going"
     _start("book-build", ["sh", "-c", f"{execute}; {build}"])
 
@@ -84,20 +85,20 @@ def wait_for_book_build(timeout: float = 1800) -> tuple[int, str]:
 
 
 def start_colab_run(notebooks: list[str]) -> None:
-    """Run these notebooks (repository paths) Colab-like, in the background (tests/colab_run.py)."""
+    """Run these notebooks (repository paths) Colab-like, in the background (book/_tools/colab_run.py)."""
     if "colab" not in _jobs:
         shutil.rmtree(COLAB_OUT, ignore_errors=True)
-    _start("colab", [sys.executable, str(ROOT / "tests" / "colab_run.py"), str(COLAB_OUT), *notebooks])
+    _start("colab", [sys.executable, str(ROOT / "book" / "_tools" / "colab_run.py"), str(COLAB_OUT), *notebooks])
 
 
 def wait_for_colab_run(timeout: float = 3600) -> tuple[dict, str]:
-    """The Colab-like run's results (see tests/colab_run.py) and its log."""
+    """The Colab-like run's results (see book/_tools/colab_run.py) and its log."""
     if "colab" not in _jobs:
         raise RuntimeError("the Colab-like run was not started at collection")
     code, log = _wait("colab", timeout)
     report = COLAB_OUT / "results.json"
     if code != 0 or not report.is_file():
-        raise RuntimeError(f"tests/colab_run.py exited with {code}:\n{log[-3000:]}")
+        raise RuntimeError(f"book/_tools/colab_run.py exited with {code}:\n{log[-3000:]}")
     return json.loads(report.read_text()), log
 
 

@@ -1,6 +1,6 @@
 """Every reader notebook and every released exercise runs as Colab would open it.
 
-tests/colab_run.py (started in the background by conftest.py) creates a fresh virtual environment with
+book/_tools/colab_run.py (started in the background by conftest.py) creates a fresh virtual environment with
 only torch, numpy, matplotlib and ipykernel, and executes each notebook there from an empty directory;
 the notebook's own setup cell installs course_lib, from the local copy named by COURSE_LIB_SOURCE.
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from setup_cell import ROOT, notebook_paths, repo_url, setup_source
+from setup_cell import ROOT, colab_prefix, link_files, notebook_paths, repo_url, setup_source
 
 NOTEBOOKS = notebook_paths(readers=True)
 IDS = [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
@@ -54,11 +54,12 @@ def test_repository_url_is_kept_in_one_place():
     assert f"colab.research.google.com/github/{owner_repo}/" in readme
 
 
-def test_colab_links_point_at_files_that_exist():
-    owner_repo = repo_url().removeprefix("https://github.com/")
-    pattern = re.compile(rf"colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/main/([\w./-]+\.ipynb)")
-    texts = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), *notebook_paths()]
-    links = [m for p in texts for m in pattern.findall(p.read_text())]
+def test_colab_links_open_files_of_the_configured_repository_and_branch():
+    prefix = colab_prefix()  # from _config.yml's repository url and branch, the one place
+    any_link = re.compile(r"https://colab\.research\.google\.com/github/[^\s)\"'<>]+")
+    links = [(p, m) for p in link_files() for m in any_link.findall(p.read_text())]
     assert links
-    for rel in links:
-        assert (ROOT / rel).is_file(), rel
+    for path, link in links:
+        assert link.startswith(prefix), (
+            f"{path.relative_to(ROOT)}: {link} does not start with {prefix} (make sync-setup)")
+        assert (ROOT / link.removeprefix(prefix)).is_file(), link

@@ -1,4 +1,4 @@
-"""Reader notebooks (book/colab/): generated from the chapters (tests/reader_notebooks.py), committed, in
+"""Reader notebooks (book/colab/): generated from the chapters (book/_tools/reader_notebooks.py), committed, in
 sync with their sources, and free of MyST-only markup; the generator renders each construct as the
 site does and refuses what it cannot render."""
 
@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 import reader_notebooks as rn
-from setup_cell import ROOT, repo_url
+from setup_cell import ROOT, repo_branch, repo_url
 
 CHAPTERS = rn.chapters()
 IDS = [c.stem for c in CHAPTERS]
@@ -246,7 +246,7 @@ def test_the_sync_check_catches_an_edited_chapter_and_an_edited_reader(tmp_path,
 def test_every_published_colab_link_opens_a_reader_notebook_or_an_exercise():
     """README, pages and notebooks: a chapter opens as its reader notebook, never as its MyST source."""
     owner_repo = repo_url().removeprefix("https://github.com/")
-    pattern = re.compile(rf"colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/main/([\w./-]+\.ipynb)")
+    pattern = re.compile(rf"colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/{re.escape(repo_branch())}/([\w./-]+\.ipynb)")
     texts = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), *sorted((ROOT / "book").glob("*.ipynb")),
              *sorted(ROOT.glob("exercises/*/*/*.ipynb"))]
     links = {(p.relative_to(ROOT).as_posix(), target) for p in texts for target in pattern.findall(p.read_text())}

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from conftest import chromium_ready, wait_for_book_build
-from setup_cell import ROOT, repo_url
+from setup_cell import ROOT, repo_branch, repo_url
 
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
@@ -222,7 +222,7 @@ def console_errors(driver) -> list[str]:
 
 def colab_problems(page: str, links: list[dict]) -> list[str]:
     owner_repo = repo_url().removeprefix("https://github.com/")
-    prefix = f"https://colab.research.google.com/github/{owner_repo}/blob/main/"
+    prefix = f"https://colab.research.google.com/github/{owner_repo}/blob/{repo_branch()}/"
     problems = []
     own = expected_notebook(page)
     header = [link["href"] for link in links if link["header"]]

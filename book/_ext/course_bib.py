@@ -5,7 +5,7 @@ sphinxcontrib-bibtex's ``author_year`` referencing style cites as "[Vaswani et a
 bibliography's labels come from the pybtex formatting style instead ("[VSP+17]" in ``alpha``). This
 module registers a label style that writes exactly the citation's text, and a formatting style
 ``course`` (unsrt's entries, sorted by author and year) that uses it: set
-``bibtex_default_style: course``. tests/reader_notebooks.py uses :func:`citation_text` too, so the
+``bibtex_default_style: course``. book/_tools/reader_notebooks.py uses :func:`citation_text` too, so the
 reader notebooks cite the same way.
 """
 

@@ -1,6 +1,6 @@
 """Run reader notebooks and released exercises as Colab would open them.
 
-    python tests/colab_run.py OUTDIR NOTEBOOK [NOTEBOOK ...]   # paths relative to the repository
+    python book/_tools/colab_run.py OUTDIR NOTEBOOK [NOTEBOOK ...]   # paths relative to the repository
 
 A fresh virtual environment gets only what Colab is sure to have for this course: torch (installed
 first, ``TORCH_SPEC``, default ``torch==2.13.0``: an open requirement would pull a CUDA build), numpy,
@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KERNEL = "colab-like"
 CELL_TIMEOUT = 600  # seconds; a chapter's whole budget is one minute (four for the capstone)
 

@@ -1,23 +1,27 @@
-"""The one setup cell that opens every notebook, derived from the repository URL in _config.yml.
+"""The one setup cell that opens every notebook, and every Colab link of the course, derived from the
+repository URL and branch in _config.yml (the one place they are set).
 
 The cell installs course_lib where it is missing (Colab): from the repository, or from the local path
 or pip requirement in the environment variable COURSE_LIB_SOURCE (tests/test_colab.py uses it to run
 every reader notebook and released exercise in a fresh Colab-like environment).
 
-    python tests/setup_cell.py --write   # (make sync-setup) rewrite the first cell of every notebook
+    python book/_tools/setup_cell.py --write   # (make sync-setup) rewrite the first cell of every
+                                               # notebook and every Colab link to match _config.yml
 
-tests/test_notebooks.py checks that every notebook starts with exactly this cell.
+tests/test_notebooks.py checks that every notebook starts with exactly this cell and that every Colab
+link opens a file of the repository and branch _config.yml names.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 import sys
 
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 # On the site the setup cell is not shown (the intro explains it; every page would repeat it). Reader
@@ -25,9 +29,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SETUP_TAGS = ["remove-cell"]
 
 
+def _repository() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+
+
 def repo_url() -> str:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    return config["repository"]["url"].rstrip("/")
+    return _repository()["url"].rstrip("/")
+
+
+def repo_branch() -> str:
+    """The branch the Colab links and launch buttons open (``repository.branch``)."""
+    return _repository().get("branch", "main")
+
+
+def colab_prefix() -> str:
+    """What every Colab link of the course starts with; the file's repository path follows."""
+    return f"https://colab.research.google.com/github/{repo_url().removeprefix('https://github.com/')}" \
+           f"/blob/{repo_branch()}/"
+
+
+COLAB_LINK = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/")
+
+
+def link_files() -> list[pathlib.Path]:
+    """The files whose Colab links :func:`write_all` keeps in step with _config.yml."""
+    return [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), *notebook_paths()]
 
 
 def setup_source() -> str:
@@ -67,6 +93,13 @@ def first_code_cell(nb: dict) -> dict:
 
 
 def write_all() -> None:
+    prefix = colab_prefix()
+    for path in link_files():
+        text = path.read_text()
+        linked = COLAB_LINK.sub(prefix, text)
+        if linked != text:
+            path.write_text(linked)
+            print(f"updated the Colab links of {path.relative_to(ROOT)}")
     source = setup_source()
     for path in notebook_paths():
         nb = json.loads(path.read_text())

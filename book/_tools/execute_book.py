@@ -1,6 +1,6 @@
 """Execute the book's chapters into the build's execution cache, several at a time.
 
-    python tests/execute_book.py [--jobs N]      # then: jupyter-book build . -W --keep-going
+    python book/_tools/execute_book.py [--jobs N]      # then: jupyter-book build . -W --keep-going
 
 `jupyter-book build` (``execute_notebooks: cache``) executes each chapter that is not in its cache,
 _build/.jupyter_cache, one after the other, on one kernel. This script runs those chapters beforehand
@@ -38,7 +38,7 @@ import time
 import nbformat
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's execution cache (myst-nb's nb_execution_cache_path)
 # The chapters that time something (grep book/*.ipynb for perf_counter, timeit, Timer): each runs
 # alone, after the others, so that nothing else competes for the cores while it measures.
@@ -92,9 +92,15 @@ def _execute(path: str, threads: int, timeout: int, allow_errors: bool) -> tuple
     from jupyter_cache.executors.utils import single_nb_execution
 
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)  # the kernel inherits them
+    from traitlets.config import Config
+
     nb = nbformat.read(path, as_version=4)
+    kernels = Config()
+    # The kernel talks to this process over Unix sockets, not TCP: nothing leaves the machine, and
+    # ipykernel has no reason to warn that its TCP traffic is unencrypted (it does, once per kernel).
+    kernels.KernelManager.transport = "ipc"
     result = single_nb_execution(nb, cwd=str(pathlib.Path(path).parent), timeout=timeout,
-                                 allow_errors=allow_errors, meta_override=True)
+                                 allow_errors=allow_errors, meta_override=True, config=kernels)
     error = None if result.err is None else f"{type(result.err).__name__}: {str(result.err)[-1500:]}"
     return nbformat.writes(nb), result.time, error
 
