@@ -132,7 +132,7 @@ def rms_norm_jacobian(
     r = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
     x_hat = x / r  # (..., D)
     eye = torch.eye(d, dtype=x.dtype, device=x.device)  # (D, D)
-    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)  # (..., D, D): x̂ x̂ᵀ
+    outer = x_hat.unsqueeze(-1) * x_hat.unsqueeze(-2)  # (..., D, D): x̂ᵀx̂, x̂ a row
     jac = (eye - outer / d) / r.unsqueeze(-1)  # (..., D, D)
     if weight is not None:
         jac = weight.to(x.dtype).unsqueeze(-1) * jac  # (D, 1) * (..., D, D): row i·γ_i

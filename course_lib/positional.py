@@ -403,7 +403,7 @@ def apply_rope_reference(
     head_dim = x.shape[-1]
     rots = [rope_rotation_matrix(p, head_dim, theta, pairing) for p in pos.tolist()]
     rots = torch.stack(rots).to(x.device)  # (T, D_h, D_h)
-    out = torch.einsum("tij,...tj->...ti", rots, x.double())  # (..., T, D_h): R_p x_p
+    out = torch.einsum("tij,...tj->...ti", rots, x.double())  # (..., T, D_h): x_p R_p
     return out.to(x.dtype)
 
 
