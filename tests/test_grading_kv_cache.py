@@ -95,7 +95,8 @@ def test_other_correct_formulations_pass():
     check_attend_with_cache(float32_step)
     check_kv_cache_class(ConcatCache)
     check_attend_with_window(sorted_window)
-    check_kv_cache_bytes(lambda n, h, hkv, d, s, b, e: math.prod((2, n, hkv, d, s, b, e)))
+    check_kv_cache_bytes(lambda windows, h, hkv, d, s, b, e: sum(
+        math.prod((2, hkv, d, s if w is None or w > s else w, b, e)) for w in windows))
     check_kv_predictions(lambda: {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2, "mistral_window_gib": 0.5,
                                   "positions_without_cache": 60.0})
 
@@ -163,17 +164,31 @@ def test_the_predictions_are_the_formula():
 # --- refusals and messages ----------------------------------------------------------------------------------
 
 def test_counting_by_building_a_model_is_refused():
-    def on_meta(n, h, hkv, d, s, b, e):
+    def on_meta(windows, h, hkv, d, s, b, e):
         layer = torch.nn.Linear(d, 2 * hkv * d, device="meta")
-        return 2 * n * s * b * e * layer.weight.shape[0] // 2
+        slots = sum(s if w is None else min(w, s) for w in windows)
+        return slots * b * e * layer.weight.shape[0]
 
     expect(check_kv_cache_bytes, on_meta, "building an nn.Module")
 
-    def by_counting(n, h, hkv, d, s, b, e):
-        config = PRESETS["tiny"].replace(n_layers=n, n_heads=h, n_kv_heads=hkv, head_dim=d)
-        return counting.kv_cache_bytes(config, s, batch=b, bytes_per_element=e)
+    def by_counting(windows, h, hkv, d, s, b, e):
+        config = PRESETS["tiny"].replace(n_layers=1, n_heads=h, n_kv_heads=hkv, head_dim=d)
+        return sum(counting.kv_cache_bytes(config, s if w is None else min(w, s), batch=b, bytes_per_element=e)
+                   for w in windows)
 
     expect(check_kv_cache_bytes, by_counting, "course_lib.counting.kv_cache_bytes")
+
+
+def test_the_local_and_global_reference_is_the_chapters_formula_per_layer():
+    """With every layer global the count is the chapter's formula; a local layer keeps min(W, max_len)."""
+    config = PRESETS["llama-3-8b"]
+    assert grading._hybrid_bytes([None] * config.n_layers, config.n_heads, config.n_kv_heads, config.head_dim,
+                                 8192, 2, 2) == counting.kv_cache_bytes(config, 8192, batch=2, bytes_per_element=2)
+    mistral = PRESETS["mistral-7b"]
+    ring = grading._hybrid_bytes([mistral.sliding_window] * mistral.n_layers, mistral.n_heads, mistral.n_kv_heads,
+                                 mistral.head_dim, 32768, 1, 2)
+    assert ring == counting.kv_cache_bytes(mistral, mistral.sliding_window)
+    assert grading._hybrid_bytes([9], 1, 1, 1, 5, 1, 1) == grading._hybrid_bytes([None], 1, 1, 1, 5, 1, 1)
 
 
 def test_attention_through_aten_is_refused():

@@ -53,46 +53,107 @@ def predictions():
     return {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2.0, "mistral_window_gib": 0.5,
             "positions_without_cache": 46}
 '''),
-    # --- Task 2: kv_cache_bytes ------------------------------------------------------------------------
-    Wrong("bytes-answer", "counted the query heads", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    return 2 * n_layers * n_heads * head_dim * seq_len * batch * bytes_per_element
+    Wrong("predictions-answer", "16-bit numbers take 2 bytes each, not 4; and that is in GB", '''
+def predictions():
+    size = 2 * 80 * 8 * 128 * 4096 * 4  # K and V, layers, kv heads, width, tokens, float32
+    return {"llama2_70b_gib": size / 1e9, "llama2_7b_gib": 2.0, "mistral_window_gib": 0.5,
+            "positions_without_cache": 60}
 '''),
-    Wrong("bytes-answer", "the factor 2 is missing", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    per_token = n_layers * n_kv_heads * head_dim * bytes_per_element
-    return per_token * seq_len * batch
+    Wrong("predictions-answer", "every one of the 32 layers keeps its own keys and values", '''
+def predictions():
+    per_layer = 2 * 32 * 128 * 4096 * 2  # K and V, heads, width, tokens, bytes
+    return {"llama2_70b_gib": 1.25, "llama2_7b_gib": per_layer / 2**30, "mistral_window_gib": 0.5,
+            "positions_without_cache": 60}
 '''),
-    Wrong("bytes-answer", "the batch is missing", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element
+    Wrong("predictions-answer", "16-bit numbers take 2 bytes each, not 4", '''
+def predictions():
+    return {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2.0,
+            "mistral_window_gib": 2 * 32 * 8 * 128 * 4096 * 4 / 2**30,  # float32 activations
+            "positions_without_cache": 60}
 '''),
-    Wrong("bytes-answer", "the layers are missing", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    keys = n_kv_heads * head_dim * seq_len * batch
-    return 2 * keys * bytes_per_element
+    Wrong("predictions-answer", "a rolling buffer keeps only the last 4,096 positions, not all 32,768; and 16-bit numbers take 2 bytes", '''
+def predictions():
+    mistral = 2 * 32 * 8 * 128 * 32768 * 4 / 2**30  # every token of the context, float32
+    return {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2.0, "mistral_window_gib": mistral,
+            "positions_without_cache": 60}
 '''),
-    Wrong("bytes-answer", "bits, not bytes", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    bits = 8 * bytes_per_element
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bits
+    Wrong("predictions-answer", "that is about the count WITH a cache", '''
+def predictions():
+    return {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2.0, "mistral_window_gib": 0.5,
+            "positions_without_cache": 10 + 5}  # the prompt, then each new token
+'''),
+    Wrong("predictions-answer", "the prompt's pass IS the first step", '''
+def predictions():
+    prefill = 10
+    steps = 10 + 11 + 12 + 13 + 14  # each step reruns the whole sequence so far
+    return {"llama2_70b_gib": 1.25, "llama2_7b_gib": 2.0, "mistral_window_gib": 0.5,
+            "positions_without_cache": prefill + steps}
+'''),
+    # --- Task 2: kv_cache_bytes (local and global layers) ----------------------------------------------
+    Wrong("bytes-answer", "a window longer than the sequences is counted in full", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    # a ring buffer of W slots per layer, max_len for a global one
+    slots = sum(max_len if w is None else w for w in windows)
+    return 2 * slots * n_kv_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "every layer is counted with max_len slots, the windows ignored", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    per_layer = 2 * max_len * n_kv_heads * head_dim * batch * bytes_per_element
+    return len(windows) * per_layer  # every layer keeps the whole sequence
+'''),
+    Wrong("bytes-answer", "a local layer with a window of W is counted with W + 1 slots", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    # the query sees the W positions before it, plus itself
+    slots = sum(max_len if w is None else min(w + 1, max_len) for w in windows)
+    return 2 * slots * n_kv_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "a local layer with a window of W is counted with W − 1 slots", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(max_len if w is None else min(w - 1, max_len) for w in windows)  # earlier keys in the window
+    return 2 * slots * n_kv_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "count the n_kv_heads key/value heads, not the n_heads query heads", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(max_len if w is None else min(w, max_len) for w in windows)
+    return 2 * slots * n_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "every layer is counted with the first layer's window", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    window = windows[0] if windows[0] is not None else max_len  # the model's window
+    slots = len(windows) * min(window, max_len)
+    return 2 * slots * n_kv_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "a global layer counts nothing", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(min(w, max_len) for w in windows if w is not None)  # only local layers need a cache
+    return 2 * slots * n_kv_heads * head_dim * batch * bytes_per_element
+'''),
+    Wrong("bytes-answer", "the cache holds keys AND values: a factor 2", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(max_len if w is None else min(w, max_len) for w in windows)
+    return slots * n_kv_heads * head_dim * batch * bytes_per_element  # one vector per head and position
+'''),
+    Wrong("bytes-answer", "every sequence of the batch has its own cache", '''
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(max_len if w is None else min(w, max_len) for w in windows)
+    return 2 * slots * n_kv_heads * head_dim * bytes_per_element
 '''),
     Wrong("bytes-answer", "as an int", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    d_kv = n_kv_heads * head_dim
-    return 2.0 * n_layers * d_kv * seq_len * batch * bytes_per_element
-'''),
-    Wrong("bytes-answer", "number of elements", '''
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
+    slots = sum(max_len if w is None else min(w, max_len) for w in windows)
+    return 2.0 * slots * n_kv_heads * head_dim * batch * bytes_per_element
 '''),
     Wrong("bytes-answer", "course_lib.kv_cache", '''
 from course_lib.kv_cache import KVCache
 
-def kv_cache_bytes(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch, bytes_per_element):
+def kv_cache_bytes(windows, n_heads, n_kv_heads, head_dim, max_len, batch, bytes_per_element):
     dtype = {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[bytes_per_element]
-    cache = KVCache(n_layers, batch, n_kv_heads, head_dim, seq_len, dtype=dtype, device="meta")
-    return cache.nbytes()
+    total = 0
+    for w in windows:
+        slots = max_len if w is None else min(w, max_len)
+        cache = KVCache(1, batch, n_kv_heads, head_dim, slots, dtype=dtype, device="meta")
+        total += cache.nbytes()
+    return total
 '''),
     # --- Task 3: attend_with_cache ------------------------------------------------------------------------
     Wrong("step-answer", "not in the cache when you attend", '''
@@ -176,7 +237,7 @@ def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
     mask = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ values
 '''),
-    Wrong("step-answer", "including slots not filled yet", '''
+    Wrong("step-answer", "slots past length + T, leftovers not filled yet", '''
 def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
     # one new token sees every earlier one, so no mask is needed
     B, H, T, D_h = q.shape
@@ -227,6 +288,111 @@ def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
     return F.scaled_dot_product_attention(q, cache_k[:, :, :end], cache_v[:, :, :end],
                                           attn_mask=mask, enable_gqa=True)
 '''),
+    Wrong("step-answer", "no query attends to itself", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length, end)[:, None] > torch.arange(end)[None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''),
+    Wrong("step-answer", "the scores are divided by D_h", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / D_h  # normalise by the head width
+    allowed = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''),
+    Wrong("step-answer", "softmax runs over the wrong dimension", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-2) @ values
+'''),
+    Wrong("step-answer", "each query also sees 1 position after its own", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length + 1, end + 1)[:, None] >= torch.arange(end)[None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''),
+    Wrong("step-answer", "the new queries are rotated as if they were at positions 0 … T − 1", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[:T], sin[:T])  # the new queries
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''),
+    Wrong("step-answer", "is the mask inverted?", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
+    scores = scores.masked_fill(allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+'''),
+    Wrong("step-answer", "the masked scores are set to 0 (the mask multiplies the scores) instead of −inf", '''
+def attend_with_cache(q, k, v, cache_k, cache_v, length, cos, sin):
+    B, H, T, D_h = q.shape
+    end = length + T
+    n_rep = H // k.shape[1]
+    q = rotate(q, cos[length:end], sin[length:end])
+    cache_k[:, :, length:end] = rotate(k, cos[length:end], sin[length:end])
+    cache_v[:, :, length:end] = v
+    keys = cache_k[:, :, :end].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :end].repeat_interleave(n_rep, dim=1)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(D_h)
+    allowed = torch.arange(length, end)[:, None] >= torch.arange(end)[None, :]
+    scores = scores * allowed  # zero where not allowed
+    return torch.softmax(scores, dim=-1) @ values
+'''),
     # --- Task 4: the KVCache class ------------------------------------------------------------------------
     Wrong("cache-answer", "`length` moves inside update()", '''
 class KVCache:
@@ -265,7 +431,7 @@ class KVCache:
     def advance(self, n):
         pass
 '''),
-    Wrong("cache-answer", "shares ONE buffer", '''
+    Wrong("cache-answer", "the layers share one buffer", '''
 class KVCache:
     def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
         shape = (batch, n_kv_heads, max_len, head_dim)
@@ -316,7 +482,7 @@ class KVCache:
     def advance(self, n):
         self.length += 1  # one more token generated
 '''),
-    Wrong("cache-answer", "written at the start of the buffers", '''
+    Wrong("cache-answer", "the new keys and values are written over the cached ones", '''
 class KVCache:
     def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
         shape = (batch, n_kv_heads, max_len, head_dim)
@@ -375,6 +541,107 @@ class KVCache(kv_cache.KVCache):
     def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
         super().__init__(n_layers, batch, n_kv_heads, head_dim, max_len, dtype=dtype)
 '''),
+    Wrong("cache-answer", "are the keys of that position: keys and values are mixed up", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        end = self.length + k.shape[2]
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = k
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def advance(self, n):
+        self.length += n
+'''),
+    Wrong("cache-answer", "are the keys of that position: keys and values are mixed up", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        end = self.length + k.shape[2]
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.k[layer][:, :, :end]
+
+    def advance(self, n):
+        self.length += n
+'''),
+    Wrong("cache-answer", "what earlier forward passes stored is gone", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        keys = torch.cat([self.k[layer][:, :, :self.length], k], dim=2)  # history + new
+        values = torch.cat([self.v[layer][:, :, :self.length], v], dim=2)
+        return keys, values
+
+    def advance(self, n):
+        self.length += n
+'''),
+    Wrong("cache-answer", "advance(n) sets length to n: it must ADD n", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        end = self.length + k.shape[2]
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def advance(self, n):
+        self.length = n  # the tokens of this pass are stored now
+'''),
+    Wrong("cache-answer", "It returns one new position where the pass brought T = k.shape[2] of them", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        self.k[layer][:, :, self.length:self.length + k.shape[2]] = k
+        self.v[layer][:, :, self.length:self.length + k.shape[2]] = v
+        end = self.length + 1  # one new token per step
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def advance(self, n):
+        self.length += n
+'''),
+    Wrong("cache-answer", "not every new token was written", '''
+class KVCache:
+    def __init__(self, n_layers, batch, n_kv_heads, head_dim, max_len, dtype=torch.float32):
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(n_layers)]
+        self.length = 0
+
+    def update(self, layer, k, v):
+        self.k[layer][:, :, self.length] = k[:, :, 0]  # the new token
+        self.v[layer][:, :, self.length] = v[:, :, 0]
+        end = self.length + k.shape[2]
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def advance(self, n):
+        self.length += n
+'''),
     # --- Task 5: attend_with_window ------------------------------------------------------------------------
     Wrong("window-answer", "rotated by its SLOT", '''
 def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
@@ -389,7 +656,7 @@ def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     values = cache_v[:, :, :n].repeat_interleave(H // k.shape[1], dim=1)
     return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
 '''),
-    Wrong("window-answer", "attended over every slot", '''
+    Wrong("window-answer", "slots not filled yet (until position W − 1", '''
 def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     B, H, _, D_h = q.shape
     W = cache_k.shape[2]
@@ -401,7 +668,7 @@ def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     values = cache_v.repeat_interleave(H // k.shape[1], dim=1)
     return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
 '''),
-    Wrong("window-answer", "before writing", '''
+    Wrong("window-answer", "the position W steps back, which has just left the window", '''
 def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     B, H, _, D_h = q.shape
     W = cache_k.shape[2]
@@ -471,7 +738,7 @@ def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     values = cache_v[:, :, :n].repeat_interleave(H // k.shape[1], dim=1)
     return torch.softmax(q @ keys.transpose(-2, -1), dim=-1) @ values
 '''),
-    Wrong("window-answer", "holds the key before RoPE", '''
+    Wrong("window-answer", "holds the keys before RoPE", '''
 def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     B, H, _, D_h = q.shape
     W = cache_k.shape[2]
@@ -485,6 +752,111 @@ def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
     keys[:, :, slot:slot + 1] = rotate(k, c, s)
     keys = keys.repeat_interleave(H // k.shape[1], dim=1)
     values = cache_v[:, :, :n].repeat_interleave(H // k.shape[1], dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "the new token does not attend to itself", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q = rotate(q, c, s)
+    cache_k[:, :, slot:slot + 1] = rotate(k, c, s)
+    cache_v[:, :, slot:slot + 1] = v
+    n = min(position, W)  # the slots filled so far
+    keys = cache_k[:, :, :n].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :n].repeat_interleave(n_rep, dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "misses keys it must see: slots that still hold positions of the window", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q = rotate(q, c, s)
+    cache_k[:, :, slot:slot + 1] = rotate(k, c, s)
+    cache_v[:, :, slot:slot + 1] = v
+    keys = cache_k[:, :, :slot + 1].repeat_interleave(n_rep, dim=1)  # up to the newest slot
+    values = cache_v[:, :, :slot + 1].repeat_interleave(n_rep, dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "the new token's key is counted twice", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q, k = rotate(q, c, s), rotate(k, c, s)
+    cache_k[:, :, slot:slot + 1] = k
+    cache_v[:, :, slot:slot + 1] = v
+    n = min(position + 1, W)
+    keys = torch.cat([cache_k[:, :, :n], k], dim=2).repeat_interleave(n_rep, dim=1)  # the window and the new key
+    values = torch.cat([cache_v[:, :, :n], v], dim=2).repeat_interleave(n_rep, dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "the position W steps back, which has just left the window", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q, k = rotate(q, c, s), rotate(k, c, s)
+    n = min(position, W)
+    keys = torch.cat([cache_k[:, :, :n], k], dim=2).repeat_interleave(n_rep, dim=1)  # the ring, then the new key
+    values = torch.cat([cache_v[:, :, :n], v], dim=2).repeat_interleave(n_rep, dim=1)
+    out = torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+    cache_k[:, :, slot:slot + 1] = k
+    cache_v[:, :, slot:slot + 1] = v
+    return out
+'''),
+    Wrong("window-answer", "the new values are written 1 slot after where they belong", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q = rotate(q, c, s)
+    cache_k[:, :, slot:slot + 1] = rotate(k, c, s)
+    cache_v[:, :, (position + 1) % W:(position + 1) % W + 1] = v
+    n = min(position + 1, W)
+    keys = cache_k[:, :, :n].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :n].repeat_interleave(n_rep, dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "the new token is rotated by its SLOT (position % W), not by its position", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q = rotate(q, c, s)
+    cache_k[:, :, slot:slot + 1] = rotate(k, cos[slot:slot + 1], sin[slot:slot + 1])  # the slot's angle
+    cache_v[:, :, slot:slot + 1] = v
+    n = min(position + 1, W)
+    keys = cache_k[:, :, :n].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :n].repeat_interleave(n_rep, dim=1)
+    return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
+'''),
+    Wrong("window-answer", "the query is rotated by its SLOT (position % W), not by its position", '''
+def attend_with_window(q, k, v, cache_k, cache_v, position, cos, sin):
+    B, H, _, D_h = q.shape
+    W = cache_k.shape[2]
+    n_rep = H // k.shape[1]
+    c, s = cos[position:position + 1], sin[position:position + 1]
+    slot = position % W
+    q = rotate(q, cos[slot:slot + 1], sin[slot:slot + 1])  # the query sits in the newest slot
+    cache_k[:, :, slot:slot + 1] = rotate(k, c, s)
+    cache_v[:, :, slot:slot + 1] = v
+    n = min(position + 1, W)
+    keys = cache_k[:, :, :n].repeat_interleave(n_rep, dim=1)
+    values = cache_v[:, :, :n].repeat_interleave(n_rep, dim=1)
     return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(D_h), dim=-1) @ values
 '''),
 ]
