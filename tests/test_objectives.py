@@ -6,11 +6,12 @@ objectives, the quizzes, exercise 5 and chapter 6 kept promising them. Two check
 1. **Learning objectives.** Each item of a chapter's "Learning objectives" admonition ends with the
    sections that teach it, as references to labelled headings: ``(§ {ref}`ch2-alibi`)``, or with a
    title where the heading has math: ``(§ {ref}`Where ε goes <ch5-eps>`)``. On the site a reference
-   is a link; in a reader notebook it is the heading's text (tests/reader_notebooks.py). The test
-   requires at least one reference per item, each to a ``(label)=`` target directly above a heading
-   of the same chapter, with prose under that heading: ``MIN_INTRO`` words before its first code
-   cell (a heading followed at once by code has lost its text) and ``MIN_WORDS`` down to the next
-   heading of its level or above (headings, labels, directives' options and code not counted).
+   is a link; in a reader notebook it is the heading's text (book/_tools/reader_notebooks.py). The
+   test requires at least one reference per item, each to a ``(label)=`` target directly above a
+   heading of the same chapter, with prose under that heading: ``MIN_INTRO`` words before its first
+   code cell (a heading followed at once by code has lost its text) and ``MIN_WORDS`` down to the
+   next heading of its level or above (headings, labels, directives' options and code not counted).
+   Labels carry their chapter's number (``ch3-masks``) and are unique across the book.
 2. **"Chapter N derived X".** Every phrase "chapter N derived/showed/measured/…" in the chapters and
    the exercise sources, and "the chapter derived …" (chapter N's own, or exercise N's chapter), is
    listed in ``CLAIMS`` with the heading of chapter N that holds X. The test finds every such phrase
@@ -37,11 +38,6 @@ EXERCISES = ROOT / "exercises" / "source"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
 MIN_WORDS = 40  # words of prose in a section, subsections included
 MIN_INTRO = 20  # words of prose between a section's heading and its first code cell
-
-# Chapters whose objectives do not yet name their sections. Adding the markers means editing those
-# chapters; until then their objectives are only reported (skipped with the problems found). Remove
-# a chapter from this set once its objectives carry "(§ {ref}`label`)" markers.
-PENDING = {"01", "03", "04", "06", "07", "08", "09", "10", "11", "12"}
 
 
 # ----------------------------------------------------------------------------------- parsing
@@ -191,17 +187,32 @@ def chapter_path(number: int):
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_every_objective_names_a_section_that_teaches_it(path):
     problems = objective_problems(cells_of(path))
-    if path.name[:2] in PENDING:
-        if problems:
-            pytest.skip(f"objective markers pending ({len(problems)} problems, e.g. {problems[0]})")
-        return
     assert problems == [], "\n".join(problems)
 
 
-def test_pending_chapters_exist_and_chapters_2_and_5_are_checked():
-    numbers = {p.name[:2] for p in CHAPTERS}
-    assert PENDING <= numbers
-    assert not {"02", "05"} & PENDING
+def labels_in(text: str) -> list[str]:
+    """The ``(label)=`` targets of a markdown text, in order."""
+    return [m.group(1) for m in map(LABEL.match, text.splitlines()) if m]
+
+
+def test_labels_are_unique_across_the_book():
+    """Sphinx warns on a label defined twice (an error under -W) and a {ref} to it would link to
+    one of the two: every target of the chapters and pages is defined once, and a chapter's carry
+    its number (``ch3-masks``), so that two chapters cannot pick the same one."""
+    where: dict[str, list[str]] = {}
+    misnamed = []
+    for path in CHAPTERS:
+        text = "\n".join("".join(c["source"]) for c in cells_of(path)
+                         if c["cell_type"] == "markdown")
+        for label in labels_in(text):
+            where.setdefault(label, []).append(path.name)
+            if not label.startswith(f"ch{int(path.name[:2])}-"):
+                misnamed.append(f"{path.name}: {label}")
+    for path in sorted(BOOK.glob("*.md")):
+        for label in labels_in(path.read_text()):
+            where.setdefault(label, []).append(path.name)
+    assert {label: files for label, files in where.items() if len(files) > 1} == {}
+    assert misnamed == [], "label without its chapter's prefix: " + ", ".join(misnamed)
 
 
 def test_the_check_catches_a_lost_section():
