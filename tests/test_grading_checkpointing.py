@@ -251,3 +251,40 @@ def test_dropout_functions_really_draw_random_numbers():
     differ = [not torch.allclose(fresh_masks(*c.args), grading._plain(*c.args)[:2 * c.args[1].numel()])
               for c in cases]
     assert differ[0] and sum(differ) >= 4
+
+
+def test_a_backward_that_leaks_the_cuda_random_state_is_named(monkeypatch):
+    """Where CUDA is the course's device the CUDA generator must be as the student's code found it too. Run
+    without a GPU: course_lib.device says cuda, and the CUDA generator's state is a tensor the fake
+    get_rng_state returns and the student's backward changes."""
+    import course_lib.device
+
+    state = [torch.zeros(8, dtype=torch.uint8)]
+    monkeypatch.setattr(course_lib.device, "get_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": state[0].clone())
+
+    class CudaLeak(StateInCtx):
+        @staticmethod
+        def backward(ctx, grad_y):
+            state[0] = state[0] + 1  # as torch.cuda.set_rng_state(saved) would, never undone
+            return StateInCtx.backward(ctx, grad_y)
+
+    check_checkpointed(lambda fn, x: StateInCtx.apply(fn, x))  # the right one leaves the CUDA state alone
+    expect(check_checkpointed, lambda fn, x: CudaLeak.apply(fn, x), "CUDA generator", "fork_rng")
+
+
+def test_each_task_of_the_catalogue_is_named_nine_times_in_ten():
+    """tests/test_mistake_catalogue.py checks the share for the whole assignment; here, task by task."""
+    from collections import Counter
+
+    from mistakes import ex11
+
+    total, named = Counter(w.answer for w in ex11.WRONG), Counter(w.answer for w in ex11.WRONG if w.expect)
+    assert all(named[a] >= 0.9 * total[a] for a in total), (named, total)
+
+
+def test_a_block_count_with_two_unlisted_slips_names_both():
+    def two_slips(batch, seq_len, d_model, n_heads, d_ff):  # P kept twice and no mask
+        return gpt_by_parts(batch, seq_len, d_model, n_heads, d_ff) + 4 * batch * n_heads * seq_len**2 - seq_len**2
+
+    expect(check_gpt_block_saved_bytes, two_slips, "(B, H, T, T) tensor too many", "mask is missing")

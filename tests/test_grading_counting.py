@@ -104,3 +104,49 @@ def test_unrecognised_wrong_answers_get_a_hint_without_values():
     no_values_leak(str(info.value))
     with pytest.raises(GradingError, match="Draw the mask"):
         check_window_core_flops(lambda c, t, window=None: window_by_loop(c, t, window) + 2)
+
+
+def test_each_task_of_the_catalogue_is_named_nine_times_in_ten():
+    """tests/test_mistake_catalogue.py checks the share for the whole assignment; here, task by task."""
+    from collections import Counter
+
+    from mistakes import ex08
+
+    total, named = Counter(w.answer for w in ex08.WRONG), Counter(w.answer for w in ex08.WRONG if w.expect)
+    assert all(named[a] >= 0.9 * total[a] for a in total), (named, total)
+
+
+# --- mistakes nobody catalogued are named from what the count gets wrong ----------------------------------
+
+def test_a_count_with_two_unlisted_slips_names_both():
+    def head_bias_no_final_norm(config):  # an LM-head bias, and the final norm forgotten
+        return count_by_shapes(config) + config.vocab_size - config.d_model
+
+    message = expect_named(check_count_params, head_bias_no_final_norm)
+    assert "vector of vocab_size" in message and "final norm is missing" in message, message
+
+
+def test_an_active_count_with_an_extra_expert_is_named():
+    def shared_expert(config, n_experts, top_k):  # a 'shared' expert that the model does not have
+        total, active = moe_from_the_dense_count(config, n_experts, top_k)
+        return total, active + 3 * config.n_layers * config.d_model * config.d_ff
+
+    assert "the active count has one expert too many per block" in expect_named(check_moe_params, shared_expert)
+
+
+def test_a_window_two_keys_too_wide_is_named():
+    def wider(config, seq_len, window=None):
+        W = seq_len if window is None else window + 2
+        kept = sum(min(i + 1, W) for i in range(seq_len))
+        return config.n_heads * kept * (4 * config.head_dim + 5)
+
+    assert "past the window's edge a number of keys other than W" in expect_named(check_window_core_flops, wider)
+
+
+def expect_named(checker, student) -> str:
+    with pytest.raises(GradingError) as info:
+        checker(student)
+    message = str(info.value)
+    assert "Likely mistake" in message, message
+    no_values_leak(message)
+    return message

@@ -141,3 +141,57 @@ def test_a_wrong_answer_outside_the_catalogue_gets_the_hint_and_no_values():
     assert "tensor(" not in message
     shape = expect(check_geglu_backward, lambda x, g, u, d, go: (x, g, u[:, :1], d), "grad_w_up must have")
     assert "every position" in shape
+
+
+def test_each_task_of_the_catalogue_is_named_nine_times_in_ten():
+    """tests/test_mistake_catalogue.py checks the share for the whole assignment; here, task by task."""
+    from collections import Counter
+
+    from mistakes import ex04
+
+    total, named = Counter(w.answer for w in ex04.WRONG), Counter(w.answer for w in ex04.WRONG if w.expect)
+    assert all(named[a] >= 0.9 * total[a] for a in total), (named, total)
+
+
+# --- mistakes nobody catalogued are named from what the output gets wrong ----------------------------------
+
+def test_a_gate_no_catalogue_lists_is_described_by_where_it_departs_from_silu():
+    def swish_two(x, w1, w2, w3):  # Swish with β = 2: not a named curve
+        gate = x @ w1.T
+        return (gate * torch.sigmoid(2 * gate) * (x @ w3.T)) @ w2.T
+
+    expect(check_llama_ffn, swish_two, "is not SiLU(z) = z · σ(z)")
+
+
+def test_a_role_assignment_no_catalogue_lists_is_read_off_the_output():
+    def down_is_w1(x, w1, w2, w3):  # (F, D) read as the down projection, (D, F) as the gate
+        gate = x @ w2
+        return (gate * torch.sigmoid(gate) * (x @ w3.T)) @ w1
+
+    expect(check_llama_ffn, down_is_w1, "your function uses", "w1 (not transposed) as the down projection")
+
+
+def test_a_top_k_that_keeps_two_more_units_is_counted():
+    def two_more(x, w_gate, w_up, w_down, k):
+        a = x @ w_gate
+        h = a * torch.sigmoid(a) * (x @ w_up)
+        n = min(k + 2, h.shape[-1])
+        keep = torch.zeros_like(h).scatter(-1, h.abs().topk(n, dim=-1).indices, 1.0)
+        return (h * keep) @ w_down
+
+    expect(check_top_k_swiglu, two_more, "units; it should keep exactly k")
+
+
+def test_a_derivative_off_by_a_factor_is_written_in_gelus_pieces():
+    def doubled_cdf(x, w_gate, w_up, w_down, grad_out):  # GELU′ taken as 2Φ(a) + a φ(a)
+        d = w_gate.shape[0]
+        xs, g = x.reshape(-1, d), grad_out.reshape(-1, d)
+        a, u = xs @ w_gate, xs @ w_up
+        cdf = 0.5 * (1 + torch.erf(a / math.sqrt(2)))
+        pdf = torch.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+        grad_h = g @ w_down.T
+        grad_u, grad_a = grad_h * a * cdf, grad_h * u * (2 * cdf + a * pdf)
+        grad_x = (grad_a @ w_gate.T + grad_u @ w_up.T).reshape(x.shape)
+        return grad_x, xs.T @ grad_a, xs.T @ grad_u, (a * cdf * u).T @ g
+
+    expect(check_geglu_backward, doubled_cdf, "works out to 2·Φ(a) + a φ(a)")

@@ -278,3 +278,44 @@ def test_not_implemented_is_reported():
 
     for checker in (check_attend_with_cache, check_attend_with_window, check_kv_cache_bytes, check_kv_cache_class):
         expect(checker, todo, "not implemented yet")
+
+
+def test_each_task_of_the_catalogue_is_named_nine_times_in_ten():
+    """tests/test_mistake_catalogue.py checks the share for the whole assignment; here, task by task."""
+    from collections import Counter
+
+    from mistakes import ex10
+
+    total, named = Counter(w.answer for w in ex10.WRONG), Counter(w.answer for w in ex10.WRONG if w.expect)
+    assert all(named[a] >= 0.9 * total[a] for a in total), (named, total)
+
+
+# --- mistakes nobody catalogued are named from what the output gets wrong ----------------------------------
+
+def test_a_write_one_slot_late_is_read_off_the_buffers():
+    def late(q, k, v, cache_k, cache_v, length, cos, sin):
+        T = q.shape[2]
+        out = einsum_step(q, k, v, cache_k.clone(), cache_v.clone(), length, cos, sin)
+        c, s = cos[length:length + T], sin[length:length + T]
+        cache_k[:, :, length + 1:length + 1 + T] = rope_half(k, c, s)
+        cache_v[:, :, length + 1:length + 1 + T] = v
+        return out
+
+    expect(check_attend_with_cache, late, "written 1 slot after where they belong")
+
+
+def test_a_query_rotated_a_position_late_is_found_by_its_scores():
+    def late_query(q, k, v, cache_k, cache_v, position, cos, sin):
+        B, H, _, D_h = q.shape
+        W = cache_k.shape[2]
+        c, s = cos[position:position + 1], sin[position:position + 1]
+        cache_k[:, :, position % W] = rope_half(k, c, s)[:, :, 0]
+        cache_v[:, :, position % W] = v[:, :, 0]
+        n = min(position + 1, W)
+        n_rep = H // k.shape[1]
+        q_rot = rope_half(q, cos[position + 1:position + 2], sin[position + 1:position + 2])
+        keys = cache_k[:, :, :n].repeat_interleave(n_rep, 1)
+        values = cache_v[:, :, :n].repeat_interleave(n_rep, 1)
+        return torch.softmax(q_rot @ keys.transpose(-2, -1) / math.sqrt(D_h), -1) @ values
+
+    expect(check_attend_with_window, late_query, "the query is rotated at a position 1 after its own")

@@ -24,7 +24,7 @@ from torch import nn
 from .. import checkpointing as ref
 from . import _watch
 from ._predictions import predictions_task
-from ._core import Case, Forbid, GradingError, Mistake, NumberOutput, Task, TensorOutput, describe
+from ._core import Case, Forbid, GradingError, NumberOutput, Task, TensorOutput, describe
 from ._discrepancy import (by_factors, count_words, fit_terms, probe, reasoned_predictions, recall, remember,
                            remembering, safe, same_tensor)
 
@@ -37,37 +37,6 @@ _F64, _F32 = torch.float64, torch.float32
 
 def _storage(t):
     return t.untyped_storage().data_ptr()
-
-
-def _measure(fn, args, exclude=(), *, dedupe=True, whole_storage=True, by_identity=False,
-             skip_excluded=True, floats_only=False):
-    """What a solution with the given mistakes counts (with no switch set: the right count)."""
-    exclude = list(exclude)
-    excluded = {_storage(p) for p in exclude}
-    packed = []
-
-    def pack(t):
-        packed.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn(*args)  # noqa: F841 — keeps the graph alive while we count
-    seen, total = set(), 0
-    for t in packed:
-        if skip_excluded:
-            if by_identity:
-                if any(t is p for p in exclude):
-                    continue
-            elif _storage(t) in excluded:
-                continue
-        if floats_only and not t.is_floating_point():
-            continue
-        key = _storage(t)
-        if dedupe and key in seen:
-            continue
-        seen.add(key)
-        total += t.untyped_storage().nbytes() if whole_storage else t.numel() * t.element_size()
-    return total
 
 
 def _saved_bytes_reference(fn, args, exclude=()):
@@ -128,10 +97,6 @@ def _saved_bytes_cases(gen: torch.Generator) -> list[Case]:
     cases.append(Case("fn = lambda x, w: (x * w) * x.exp() with x of shape (4, 6) and the parameter w "
                       "excluded", (lambda a, b: (a * b) * a.exp(), (x, w), (w,))))
     return cases
-
-
-def _measuring(**mistake):
-    return lambda fn, args, exclude=(): _measure(fn, args, exclude, **mistake)
 
 
 def _saved_log(fn, args):

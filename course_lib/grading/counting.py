@@ -447,8 +447,16 @@ def _moe_story(total: dict[str, Fraction], active: dict[str, Fraction]) -> list[
         for n in common:
             take(t, n)
             take(a, n)
+    for d, label, name, unit in ((t, "the total", "N·E·DF", "n_experts"),
+                                 (a, "the active count", "N·k·DF", "top_k")):
+        experts = d[name] + d["N·D·F"]  # an expert's worth of D × d_ff matrices, however it was counted
+        if experts and experts % 3 == 0:
+            said.append(f"{label} has {count_words(experts / 3, 'expert')} per block: it holds {unit} experts of "
+                        f"three D × d_ff matrices each")
+            take(d, name, "N·D·F")
     left = [f"in the total, {p}" for p in _params_story({n: v for n, v in t.items() if v and n in _COUNT_TERMS})]
-    left += [f"in the active count, {p}" for p in _params_story({n: v for n, v in a.items() if v and n in _COUNT_TERMS})]
+    left += [f"in the active count, {p}"
+             for p in _params_story({n: v for n, v in a.items() if v and n in _COUNT_TERMS})]
     rest = [n for d in (t, a) for n, v in d.items() if v and n not in _COUNT_TERMS]
     if rest and not said:
         return []
@@ -745,18 +753,17 @@ def _params_13b(value, given, true) -> str | None:
     """A Llama 2 13B count that is off by whole tensors: which ones."""
     D, F, V, N = 5120, 13_824, 32_000, 40
     diff = (value - true["llama_2_13b_params_b"]) * 1e9
-    story = term_story(diff, [(N * D * D, "D × D attention matrix per block"), (N * D * F, "D × F FFN matrix per block"),
-                              (V * D, "(V, D) table")], coefficients=(1, -1, 2, -2, 3, -3, 4, -4), max_terms=2,
-                       rtol=0.0, atol=3e6)
+    terms = [(N * D * D, "D × D attention matrix per block"), (N * D * F, "D × F FFN matrix per block"),
+             (V * D, "(V, D) table")]
+    story = term_story(diff, terms, coefficients=(1, -1, 2, -2, 3, -3, 4, -4), max_terms=2, rtol=0.0, atol=3e6)
     if story:
         parts = [count_words(k, what, what.replace("matrix", "matrices").replace("table", "tables"))
                  for k, what in story]
         return (f"your count has {' and '.join(parts)}: a block has four D × D attention matrices (multi-head) "
                 f"and three D × F FFN matrices (SwiGLU), and an untied model two (V, D) tables.")
-    story = factor_story(value / true["llama_2_13b_params_b"], [(1e9, "the question asks for billions of parameters "
-                                                                "(divide the count by 10⁹)"),
-                                                                (2.0, "that is its size in bytes at 16 bits (×10⁹); "
-                                                                      "the question asks for the number of parameters")])
+    units = [(1e9, "the question asks for billions of parameters (divide the count by 10⁹)"),
+             (2.0, "that is its size in bytes at 16 bits (×10⁹); the question asks for the number of parameters")]
+    story = factor_story(value / true["llama_2_13b_params_b"], units)
     return "; and ".join(story) + "." if story else None
 
 

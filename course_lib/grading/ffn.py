@@ -246,7 +246,8 @@ def _kept_units(x, w_gate, w_up, k):
     """The student's kept hidden contributions, read through W_down = diag(d) (distinct scales, so that a
     unit's row of W_down has a size of its own): out = kept · d, so kept = out / d. None if the probe fails."""
     F = w_gate.shape[1]
-    scales = torch.linspace(0.5, 2.0, F, dtype=torch.float64)[torch.randperm(F, generator=torch.Generator().manual_seed(7))]
+    order = torch.randperm(F, generator=torch.Generator().manual_seed(7))
+    scales = torch.linspace(0.5, 2.0, F, dtype=torch.float64)[order]
     out = probe(x, w_gate, w_up, torch.diag(scales), k)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return None, scales
@@ -284,6 +285,10 @@ def _selection_story(kept, h, a, u, scales, k) -> str | None:
     right = torch.zeros_like(chosen).scatter(-1, h.abs().topk(k, dim=-1).indices, True)
     if (counts == F - k).all() and torch.equal(chosen, ~right):
         return "the k largest units are dropped and the rest kept; it is the other way round."
+    if (counts == counts[0]).all() and counts[0] != k:
+        m = int(counts[0])
+        return (f"each position keeps {m} units; it should keep exactly k (with a threshold, compare with the "
+                f"k-th largest magnitude itself, or use topk(k)).")
     if not (counts == k).all():
         if (chosen.sum(-2) == min(k, h.shape[-2])).all():
             return ("each hidden unit keeps its k largest positions: the k largest are taken over the positions "
@@ -560,7 +565,8 @@ def _geglu_explain(got, want, case: Case) -> str | None:
                 (u.T @ g).to(dtype),
             "grad_w_down uses GELU(a) alone; W_down's input is h = GELU(a) ⊙ u, so ∂L/∂W_down = hᵀ ∂L/∂y.":
                 (_gelu(a).T @ g).to(dtype),
-            "grad_w_down uses the pre-activation a ⊙ u; W_down's input is h = GELU(a) ⊙ u.": ((a * u).T @ g).to(dtype)}),
+            "grad_w_down uses the pre-activation a ⊙ u; W_down's input is h = GELU(a) ⊙ u.":
+                ((a * u).T @ g).to(dtype)}),
     }
     for name in wrong:
         if name in stories and stories[name]:

@@ -174,7 +174,8 @@ def _describe_windows(windows) -> str:
         return f"{len(windows)} local layers (W={windows[0]})"
     if len(windows) > 6:
         n_local = sum(w is not None for w in windows)
-        return f"{len(windows)} layers, {n_local} local (W={max(w for w in windows if w is not None)}) and the rest global"
+        widest = max(w for w in windows if w is not None)
+        return f"{len(windows)} layers, {n_local} local (W={widest}) and the rest global"
     return "layers with windows " + ", ".join("global" if w is None else f"W={w}" for w in windows)
 
 
@@ -691,10 +692,11 @@ def _window_probe_story(position: int) -> str | None:
         if old.sum() >= 2:
             norm = (logw - scores)[..., old].mean(-1)  # (1, H, 1)
             ratio = torch.exp(logw[..., W] - scores[..., W] - norm)
-            consistent = torch.allclose((logw - scores)[..., old], norm.unsqueeze(-1).expand_as((logw - scores)[..., old]),
-                                        atol=1e-6)
+            offsets = (logw - scores)[..., old]
+            consistent = torch.allclose(offsets, norm.unsqueeze(-1).expand_as(offsets), atol=1e-6)
             if consistent and torch.allclose(ratio, torch.full_like(ratio, 2.0), rtol=1e-4):
-                return (written + " And " if written else "") + ("the new token's key is counted twice: it is in the ring (you wrote it there) and appended "
+                return (written + " And " if written else "") + (
+                        "the new token's key is counted twice: it is in the ring (you wrote it there) and appended "
                         "again. Attend over the filled slots of the ring only, after writing the new key.")
     found = [written] if written else []
     attention = _attention_story(weights, scores, allowed, labels, D_h=D_h, kv_scores=kv_scores,
