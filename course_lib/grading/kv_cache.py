@@ -199,7 +199,7 @@ def _hybrid_cases(gen) -> list[Case]:
 def _hybrid_story(student) -> str | None:
     """Read the student's count layer by layer: the slots it gives one layer of each kind (a window shorter
     than the sequences, one longer, a global layer), whether layers add up, and the bytes per slot."""
-    H, H_kv, D_h, B, e = 6, 2, 4, 3, 2
+    H, H_kv, D_h, B, e = 12, 3, 5, 7, 4  # sizes whose factors (4, 1/3, 1/5, 1/7, 1/4) tell slips apart
     unit = 2 * H_kv * D_h * B * e  # bytes of one slot: a key and a value per kv head, per sequence
 
     def f(windows, length, **change):
