@@ -7,6 +7,12 @@
 3. ``checkpointed`` — find and fix the bug in a hand-written checkpoint whose recomputation draws a
    different dropout mask.
 4. ``predictions`` — predict four numbers before computing them (a function returning a dict).
+
+A wrong answer is named from what it gets wrong (``_discrepancy``): the way of counting (unit, storage,
+which tensors, what is excluded) that gives the student's numbers on every case; the tensors, by shape, a
+block count has too many or too few; where the random generator is left after the checkpoint's forward
+and backward (the caller draws between the two passes and after them), and whether the gradient goes
+wrong only for functions that draw random numbers.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@
 Every task computes from the config's fields: building a model (on any device, the meta device
 included), reading its tensors, or running a FLOP counter scores nothing (``Forbid(models=True)``),
 and so does calling ``course_lib.counting``.
+
+A wrong count is named from what it gets wrong (``_discrepancy``): the student's function is probed on many
+small configs and its error written as an integer combination of the terms a count is made of, or traced
+to a config field it ignores; a FLOP count is read per kept score and per query (the keys it gives each).
 """
 
 from __future__ import annotations

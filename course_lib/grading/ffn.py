@@ -5,6 +5,11 @@
 2. ``top_k_swiglu`` — extend SwiGLU to keep only the k largest hidden contributions of each position.
 3. ``geglu_backward`` — derive the backward pass of a GeGLU FFN (∂L/∂x and the three weights) and check it.
 4. ``predictions`` — predict four numbers before computing them (a function returning a dict).
+
+A wrong answer is named from what it gets wrong (``_discrepancy``): which weight the output uses as the gate,
+the up and the down projection; the gate's activation, measured on a probe; which units a top-k kept and
+with which values (read through a diagonal W_down); GELU and GELU′ as the student computes them (read off
+grad_x of a probe), written in the pieces of Φ(a) + a φ(a); what each weight gradient sums.
 """
 
 from __future__ import annotations

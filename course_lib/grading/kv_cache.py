@@ -8,6 +8,11 @@
    write, the causal mask over cached and new keys, grouped-query heads.
 4. ``KVCache`` — find and fix the bug in a given cache class whose ``length`` moves in every layer.
 5. ``attend_with_window`` — extend the step to a sliding-window (ring-buffer) cache of W slots.
+
+A wrong answer is named from what it gets wrong (``_discrepancy``): the buffers slot by slot; the attention
+weights a probe with one-hot values exposes (keys attended to or missed, the scale, the kv head each query
+head reads, the positions the queries are rotated at); for the cache class, what each returned slot holds;
+for the cache's size, the slots the count gives each kind of layer and the bytes of one slot.
 """
 
 from __future__ import annotations
