@@ -33,6 +33,7 @@ import os
 import pathlib
 import shutil
 import sys
+import tempfile
 import time
 
 import nbformat
@@ -99,6 +100,9 @@ def _execute(path: str, threads: int, timeout: int, allow_errors: bool) -> tuple
     # The kernel talks to this process over Unix sockets, not TCP: nothing leaves the machine, and
     # ipykernel has no reason to warn that its TCP traffic is unencrypted (it does, once per kernel).
     kernels.KernelManager.transport = "ipc"
+    # each kernel its own socket files (the path prefix is the "ip" of the ipc transport): kernels
+    # started side by side in one folder would otherwise pick the same names
+    kernels.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="kernel-"), "ipc")
     result = single_nb_execution(nb, cwd=str(pathlib.Path(path).parent), timeout=timeout,
                                  allow_errors=allow_errors, meta_override=True, config=kernels)
     error = None if result.err is None else f"{type(result.err).__name__}: {str(result.err)[-1500:]}"
@@ -173,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                                    execute.get("allow_errors", False)): path for path in chapters_now}
             for future in concurrent.futures.as_completed(running):
                 name = running[future].relative_to(ROOT).as_posix()
-                executed, seconds, error = future.result()
+                try:
+                    executed, seconds, error = future.result()
+                except Exception as err:  # the kernel did not start or died: the build reports it
+                    executed, seconds, error = "", 0.0, f"{type(err).__name__}: {err}"
                 if error is not None:
                     failed.append(name)
                     print(f"  {name} failed after {seconds:.1f} s (the build will report it): {error}",
