@@ -82,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                    help="train for N steps instead of the preset's number (the schedule follows N)")
     p.add_argument("--seed", type=non_negative_int, metavar="S", default=None,
                    help="seed for the initial weights and the batches (default: the preset's)")
+    p.add_argument("--grad-accum", type=positive_int, metavar="N", default=None,
+                   help="split each step's batch into N micro-batches (same batch and update, less "
+                        "memory; N must divide the batch size)")
     p.add_argument("--device", default=None, metavar="DEV",
                    help="cpu or cuda (default: cuda when available, else cpu)")
     p.add_argument("--threads", type=positive_int, metavar="N", default=None,
@@ -115,7 +118,8 @@ def _prepare_out(out: str, resume: bool) -> str:
 def run(args: argparse.Namespace) -> dict:
     """Train as ``args`` say; return the log written to log.json."""
     model_config, train_config = get_preset(args.preset)
-    changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed),
+                                 ("grad_accum", args.grad_accum)) if v is not None}
     if changes:
         train_config = train_config.replace(**changes)
     out = _prepare_out(args.out or os.path.join("runs", args.preset), args.resume)

@@ -76,8 +76,8 @@ def test_help_explains_every_option(capsys):
         train_cli.main(["--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--preset", "--out", "--steps", "--seed", "--device", "--threads", "--resume", "--no-progress",
-                   "shakespeare-cpu", "shakespeare-gpu"):
+    for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--device", "--threads", "--resume",
+                   "--no-progress", "shakespeare-cpu", "shakespeare-gpu"):
         assert option in text
     with pytest.raises(SystemExit):
         sample_cli.main(["--help"])
@@ -101,12 +101,26 @@ def test_bad_numbers_are_refused(capsys, tmp_path):
     one_line_error(capsys, train_cli.main, ["--steps", "0"], "--steps", "at least 1")
     one_line_error(capsys, train_cli.main, ["--steps", "many"], "--steps", "not an integer")
     one_line_error(capsys, train_cli.main, ["--threads", "-2"], "--threads")
+    one_line_error(capsys, train_cli.main, ["--grad-accum", "0"], "--grad-accum", "at least 1")
+    one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--grad-accum", "3", "--out", str(tmp_path / "g")],
+                   "grad_accum (3) must divide batch_size (8)")
     ck = str(tmp_path)
     one_line_error(capsys, sample_cli.main, [ck, "--temperature", "-1"], "--temperature", "≥ 0")
     one_line_error(capsys, sample_cli.main, [ck, "--temperature", "nan"], "--temperature")
     one_line_error(capsys, sample_cli.main, [ck, "--top-k", "0"], "--top-k")
     one_line_error(capsys, sample_cli.main, [ck, "--top-p", "1.5"], "--top-p", "(0, 1]")
     one_line_error(capsys, sample_cli.main, [ck, "--max-new-tokens", "-5"], "--max-new-tokens")
+
+
+def test_grad_accum_gives_the_run_without_it(trained, tmp_path):
+    out, _ = trained
+    result = run("--preset", "tiny", "--out", str(tmp_path), "--no-progress", "--threads", "1", "--grad-accum", "4")
+    assert result.returncode == 0, result.stderr
+    plain = json.loads((out / "log.json").read_text())
+    split = json.loads((tmp_path / "log.json").read_text())
+    assert [r["val_loss"] for r in split["evaluations"]] == pytest.approx([r["val_loss"] for r in plain["evaluations"]],
+                                                                       rel=1e-4)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["train_config"]["grad_accum"] == 4
 
 
 def test_unwritable_out_and_resume_without_checkpoint(capsys, tmp_path):

@@ -260,6 +260,64 @@ def test_a_crash_while_saving_keeps_the_good_checkpoint(corpus, tmp_path, monkey
     assert os.listdir(tmp_path) == ["ck.pt"]  # no temporary file left behind
 
 
+# --- gradient accumulation ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("accum", [2, 4])
+def test_an_accumulated_step_equals_a_step_on_the_whole_batch(accum):
+    """N micro-batches of B/N windows, each loss divided by N: the same loss, gradient and update."""
+    x = torch.randint(0, 65, (8, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 65, (8, 16), generator=torch.Generator().manual_seed(1))
+    whole, split = build_model(MODEL, 1), build_model(MODEL, 1)
+    opt_whole, opt_split = make_optimizer(whole, RUN), make_optimizer(split, RUN)
+    for _ in range(3):  # the clip acts (norm > 0.05), so a wrong scale would change the update's direction
+        loss_w, norm_w = train_step(whole, opt_whole, x, y, lr=2e-3, grad_clip=0.05, return_grad_norm=True)
+        loss_s, norm_s = train_step(split, opt_split, x, y, lr=2e-3, grad_clip=0.05, return_grad_norm=True,
+                                    grad_accum=accum)
+        assert loss_s.item() == pytest.approx(loss_w.item(), rel=1e-6)
+        assert norm_s.item() == pytest.approx(norm_w.item(), rel=1e-5) and norm_w > 0.05
+    for (name, a), b in zip(whole.named_parameters(), split.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_accumulation_that_forgets_to_divide_is_caught():
+    """The test above fails on an accumulation that sums the micro-batch means (N times the gradient):
+    its gradient norm is N times too large."""
+    x = torch.randint(0, 65, (8, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 65, (8, 16), generator=torch.Generator().manual_seed(1))
+    model = build_model(MODEL, 1)
+    for x_k, y_k in zip(x.chunk(4), y.chunk(4)):
+        F.cross_entropy(model(x_k).flatten(0, 1), y_k.flatten()).backward()  # no / N
+    summed = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    reference = build_model(MODEL, 1)
+    F.cross_entropy(reference(x).flatten(0, 1), y.flatten()).backward()
+    whole = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in reference.parameters()]))
+    assert summed.item() == pytest.approx(4 * whole.item(), rel=1e-4)
+
+
+def test_a_trainer_with_accumulation_follows_the_same_run(corpus):
+    plain = trainer_for(corpus)
+    plain.train()
+    accumulated = trainer_for(corpus, run=RUN.replace(grad_accum=2))
+    accumulated.train()
+    assert accumulated.step_losses == pytest.approx(plain.step_losses, rel=1e-4)
+    with pytest.raises(ValueError, match=r"grad_accum \(3\) must be a positive int dividing the batch"):
+        train_step(build_model(MODEL), make_optimizer(build_model(MODEL), RUN),
+                   torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long), 1e-3, grad_accum=3)
+
+
+def test_a_checkpoint_written_before_a_field_existed_resumes(corpus, tmp_path):
+    t = trainer_for(corpus)
+    t.train(until=4)
+    path = tmp_path / "ck.pt"
+    t.save(path)
+    state = torch.load(path, weights_only=True)
+    del state["train_config"]["grad_accum"]  # as written before grad_accum existed
+    torch.save(state, path)
+    assert load_checkpoint(path, train_config=RUN)["step"] == 4  # a missing field holds its default
+    with pytest.raises(CheckpointError, match=r"train_config.grad_accum is 1, but this run's is 2"):
+        load_checkpoint(path, train_config=RUN.replace(grad_accum=2))
+
+
 # --- configs and presets -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, message", [
@@ -269,6 +327,8 @@ def test_a_crash_while_saving_keeps_the_good_checkpoint(corpus, tmp_path, monkey
     (dict(betas=(0.9, 1.0)), "betas"),
     (dict(grad_clip=-1.0), r"grad_clip \(-1.0\)"),
     (dict(warmup_steps=-1), r"warmup_steps \(-1\)"),
+    (dict(grad_accum=0), r"grad_accum \(0\)"),
+    (dict(grad_accum=3), r"grad_accum \(3\) must divide batch_size \(4\)"),
 ])
 def test_train_config_errors_name_the_field(change, message):
     with pytest.raises((ValueError, TypeError), match=message):

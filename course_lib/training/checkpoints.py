@@ -40,7 +40,8 @@ def load_checkpoint(path: str | os.PathLike, *, model_config: ModelConfig | None
                     train_config: TrainConfig | None = None, map_location="cpu") -> dict:
     """Read a checkpoint with ``torch.load(weights_only=True)`` (tensors and plain values only; no
     pickled code runs). When ``model_config`` / ``train_config`` are given, every field must equal
-    the checkpoint's, else :class:`CheckpointError` names the first that differs. A missing,
+    the checkpoint's (a field the checkpoint predates counts as its default), else
+    :class:`CheckpointError` names the first that differs. A missing,
     truncated or foreign file also raises :class:`CheckpointError`."""
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -62,10 +63,14 @@ def load_checkpoint(path: str | os.PathLike, *, model_config: ModelConfig | None
                                    ("train_config", train_config, state["train_config"])):
         if expected is None:
             continue
+        defaults = {f.name: f.default for f in dataclasses.fields(expected)
+                    if f.default is not dataclasses.MISSING}
         for field, value in dataclasses.asdict(expected).items():
-            if field not in saved:
+            if field not in saved and field not in defaults:
                 raise CheckpointError(f"checkpoint's {label} has no field {field!r}")
-            theirs = tuple(saved[field]) if isinstance(value, tuple) else saved[field]
+            # a field added since the checkpoint was written held its default there
+            theirs = saved.get(field, defaults.get(field))
+            theirs = tuple(theirs) if isinstance(value, tuple) else theirs
             if theirs != value:
                 raise CheckpointError(f"checkpoint's {label}.{field} is {theirs!r}, but this run's is "
                                       f"{value!r}")

@@ -71,7 +71,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
         for step in range(c.steps):
             x, y = next_batch()  # (B, T) each
             lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
-            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip))
+            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip, grad_accum=c.grad_accum))
             if bar is not None:
                 bar.update(1)
     finally:
@@ -206,7 +206,7 @@ class Trainer:
                 tick = time.perf_counter()
                 x, y = get_batch(self.train_data, c.batch_size, c.context, self.generator)
                 loss, norm = train_step(model, self.optimizer, x, y, self.lr(self.step), c.grad_clip,
-                                        return_grad_norm=True)
+                                        return_grad_norm=True, grad_accum=c.grad_accum)
                 losses.append(loss)
                 norms.append(norm)
                 self.step += 1

@@ -42,7 +42,10 @@ class TrainConfig:
     (:func:`param_groups`); the gradient's global norm is clipped to ``grad_clip`` (None: no
     clipping). The whole validation split is evaluated every ``eval_interval`` steps, after the last
     step, and before the first when ``eval_at_start``, in batches of ``eval_batch_size`` windows.
-    ``seed`` fixes the initial weights and the batches.
+    ``seed`` fixes the initial weights and the batches. ``grad_accum`` N splits each step's batch into
+    N micro-batches of B / N windows whose gradients add up before the update: the step sees the same
+    B windows and takes the same update (to float rounding), with the activations of B / N windows in
+    memory at a time.
     """
 
     batch_size: int = 32
@@ -58,6 +61,7 @@ class TrainConfig:
     eval_batch_size: int = 64
     eval_at_start: bool = True
     seed: int = 0
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "context", "steps", "eval_interval", "eval_batch_size"):
@@ -80,6 +84,10 @@ class TrainConfig:
             raise TypeError(f"eval_at_start must be True or False, got {self.eval_at_start!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed ({self.seed}) must be a non-negative int")
+        _positive_int("grad_accum", self.grad_accum)
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"grad_accum ({self.grad_accum}) must divide batch_size ({self.batch_size}): "
+                             "every micro-batch holds the same number of windows")
 
     def replace(self, **changes) -> TrainConfig:
         """A copy with some fields changed (validated again)."""

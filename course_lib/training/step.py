@@ -28,16 +28,37 @@ def build_model(model_config: ModelConfig, seed: int = 0, device: torch.device |
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               lr: float, grad_clip: float | None = 1.0, *, return_grad_norm: bool = False):
+               lr: float, grad_clip: float | None = 1.0, *, return_grad_norm: bool = False,
+               grad_accum: int = 1):
     """One optimisation step on the batch x, y (B, T); returns the batch's mean loss (a detached
     0-d tensor, not synchronised: call ``.item()`` only when you need the number), and with
     ``return_grad_norm`` the pair (loss, ‖g‖₂): the gradient's global norm *before* clipping, also
-    a detached 0-d tensor."""
+    a detached 0-d tensor.
+
+    ``grad_accum`` N > 1 runs the batch as N micro-batches of B / N windows, one forward and backward
+    each, and steps once: each micro-batch's mean loss is divided by N before its backward, so the
+    gradients add up to the gradient of the whole batch's mean loss,
+
+        ∇ (1/BT) Σ_{b,t} ℓ_bt = Σ_k (1/N) ∇ (1/(B/N)T) Σ_{b ∈ k, t} ℓ_bt,
+
+    and only B / N windows' activations are kept at a time."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    logits = model(x)  # (B, T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # mean over the B·T tokens, nats
-    loss.backward()
+    if grad_accum == 1:
+        logits = model(x)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # mean over the B·T tokens, nats
+        loss.backward()
+    else:
+        if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1 \
+                or x.shape[0] % grad_accum:
+            raise ValueError(f"grad_accum ({grad_accum}) must be a positive int dividing the batch "
+                             f"({x.shape[0]} windows)")
+        loss = x.new_zeros((), dtype=torch.float32)
+        for x_k, y_k in zip(x.chunk(grad_accum), y.chunk(grad_accum)):  # (B / N, T) each
+            logits = model(x_k)  # (B / N, T, V)
+            part = F.cross_entropy(logits.flatten(0, 1), y_k.flatten()) / grad_accum
+            part.backward()  # adds this micro-batch's share to every .grad
+            loss += part.detach()
     norm = None
     if grad_clip is not None:
         norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)  # ‖g‖₂ ≤ grad_clip
