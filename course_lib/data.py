@@ -36,6 +36,7 @@ __all__ = [
     "get_batch",
     "eval_windows",
     "induction_batch",
+    "repeated_passages",
 ]
 
 CORPUS_FILE = "tinyshakespeare.txt"
@@ -284,4 +285,38 @@ def induction_batch(batch_size: int, half_len: int, vocab_size: int, generator: 
     x, y = seq[:, :-1], seq[:, 1:]  # (B, 2L − 1) each
     if device is not None:
         x, y = x.to(device), y.to(device)
+    return x, y
+
+
+def repeated_passages(data: torch.Tensor, batch_size: int, context: int, generator: torch.Generator,
+                      min_period: int = 16,
+                      device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """B windows of real text that repeat: each row is a passage of P consecutive tokens of ``data``
+    (its own random start), written out again and again until it fills T + 1 tokens, then cut into
+    inputs x (B, T) and targets y (B, T) as :func:`get_batch` does. One period P per batch, drawn
+    uniformly from ``min_period`` … ⌈(T + 1) / 2⌉, so every row holds at least one whole repeat.
+
+    From target position P − 1 on, every token can be copied from P positions back. Because P changes
+    from batch to batch, a head that attends a fixed distance back does not help: the model has to
+    find where the current text occurred before and read what came next — an induction head. Mixed
+    into ordinary batches, these windows reward copying on natural text (chapter 12).
+    """
+    data = _check_ids(data)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    context = _check_int(context, "context", 2)
+    longest = (context + 2) // 2  # ⌈(T + 1) / 2⌉: two copies fill the window
+    min_period = _check_int(min_period, "min_period", 2)
+    if min_period > longest:
+        raise ValueError(f"min_period must be at most ⌈(context + 1) / 2⌉ = {longest}, got {min_period}")
+    _check_generator(generator)
+    if len(data) < longest:
+        raise ValueError(f"data holds {len(data)} tokens, fewer than one period of {longest}")
+    period = int(torch.randint(min_period, longest + 1, (), generator=generator, device=generator.device))
+    starts = torch.randint(len(data) - period + 1, (batch_size,), generator=generator,
+                           device=generator.device)  # (B,)
+    offsets = torch.arange(context + 1, device=generator.device) % period  # (T + 1,): 0 … P − 1, 0 …
+    window = data[(starts[:, None] + offsets).to(data.device)]  # (B, T + 1)
+    x, y = window[:, :-1], window[:, 1:]  # (B, T) each
+    if device is not None:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     return x, y
