@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from course_lib import data
-from course_lib.data import (CharTokenizer, CorpusError, eval_windows, get_batch, induction_batch,
+from course_lib.data import (CharTokenizer, CorpusError, eval_windows, get_batch, induction_batch, repeated_passages,
                              load_char_data, load_corpus, split_train_val)
 
 SHIPPED = pathlib.Path(data.__file__).parent / "corpus" / data.CORPUS_FILE
@@ -171,3 +171,29 @@ def test_induction_batch_repeats_the_first_half():
     assert torch.equal(x, x2)
     with pytest.raises(ValueError, match=r"half_len \(1\)"):
         induction_batch(2, 1, 50, g)
+
+
+def test_repeated_passages_repeat_real_text_with_a_period_that_changes():
+    data_ = torch.arange(10_000)  # token i is i: a row's start and period can be read off it
+    g = torch.Generator().manual_seed(0)
+    periods = set()
+    for _ in range(40):
+        x, y = repeated_passages(data_, 5, 20, g, min_period=4)
+        assert x.shape == y.shape == (5, 20)
+        assert torch.equal(y[:, :-1], x[:, 1:])  # targets are the inputs shifted by one
+        window = torch.cat([x, y[:, -1:]], dim=1)  # (B, T + 1)
+        period = int((window[0] == window[0, 0]).nonzero()[1])  # where the first token comes back
+        periods.add(period)
+        assert 4 <= period <= 11  # min_period … ⌈21 / 2⌉: at least one whole repeat
+        for row in window:
+            start = int(row[0])
+            passage = torch.arange(start, start + period)  # P consecutive tokens of the data
+            assert torch.equal(row, passage.repeat(21 // period + 1)[:21])
+    assert periods == set(range(4, 12))  # every allowed period occurs
+    x2, _ = repeated_passages(data_, 5, 20, torch.Generator().manual_seed(0), min_period=4)
+    x1, _ = repeated_passages(data_, 5, 20, torch.Generator().manual_seed(0), min_period=4)
+    assert torch.equal(x1, x2)  # the generator is the only randomness
+    with pytest.raises(ValueError, match=r"min_period must be at most"):
+        repeated_passages(data_, 2, 20, g, min_period=12)
+    with pytest.raises(ValueError, match=r"min_period"):
+        repeated_passages(data_, 2, 20, g, min_period=1)

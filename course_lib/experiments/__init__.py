@@ -14,6 +14,8 @@ is installed (as with the corpus). :func:`load_results` reads one grid's summary
 * :mod:`.runner` — :func:`run_grid`: the parallel, resumable runner and :func:`summarize_grid`.
 * :mod:`.stats` — mean, spread, Student's t interval, paired differences.
 * :mod:`.provenance` — commit, torch, threads, CPU, date, command.
+* :mod:`.copying` — chapter 12's copying model, trained on half-repeated batches, its weights
+  committed (``python -m course_lib.experiments.copying``).
 """
 
 from .grid import Grid, Probe, Row

@@ -1,0 +1,67 @@
+"""Chapter 12's copying model (course_lib.experiments.copying): the committed weights match the
+code's configs and are reproduced by re-running the start of their training; the command line and
+the loader fail with one clear line."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from course_lib.experiments import copying
+from course_lib.experiments.provenance import cpu_name
+
+
+def test_committed_model_matches_the_code_that_trains_it():
+    model, record = copying.load_copying_model()
+    assert record["model_config"] == dataclasses.asdict(copying.COPY_MODEL)
+    assert record["train_config"] == dataclasses.asdict(copying.COPY_RUN)
+    assert (record["repeat_share"], record["min_period"]) == (copying.REPEAT_SHARE, copying.MIN_PERIOD)
+    assert len(record["step_losses"]) == copying.COPY_RUN.steps
+    assert not record["provenance"]["dirty"] or not any(
+        f.startswith("course_lib/") for f in record["provenance"]["dirty_files"])
+    assert "python -m course_lib.experiments.copying" in record["provenance"]["command"]
+    assert not model.training
+
+
+def test_rerunning_the_start_reproduces_the_committed_losses():
+    """Ten steps on the full run's schedule: exactly the committed losses on the CPU, torch and
+    thread count that made them; to rounding elsewhere."""
+    _, record = copying.load_copying_model()
+    _, losses, _ = copying.train_copying_model(stop_after=10)
+    committed = record["step_losses"][:10]
+    prov = record["provenance"]
+    if (prov["cpu"], prov["torch"], prov["threads"]) == (cpu_name(), torch.__version__, copying.THREADS):
+        assert losses == committed
+    else:
+        assert losses == pytest.approx(committed, rel=1e-4)
+
+
+def test_batches_are_half_repeated_passages():
+    data = torch.arange(5_000)
+    next_batch = copying.copying_batches(data, copying.COPY_RUN, torch.Generator().manual_seed(0))
+    x, y = next_batch()
+    B, T = copying.COPY_RUN.batch_size, copying.COPY_RUN.context
+    assert x.shape == y.shape == (B, T)
+    repeated = int(B * copying.REPEAT_SHARE)
+    steps = x[:, 1:] - x[:, :-1]  # consecutive tokens of arange step by 1 unless the passage restarts
+    assert (steps[:repeated] < 0).any(dim=1).all()  # every repeated row restarts its passage
+    assert (steps[repeated:] == 1).all()  # the others are ordinary windows
+
+
+def test_missing_model_names_the_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m course_lib.experiments.copying"):
+        copying.load_copying_model(tmp_path / "copying" / "model.pt")
+
+
+def test_cli_unwritable_output_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-m", "course_lib.experiments.copying", "--out", str(blocker)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot write" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "file" / "copying").exists()
