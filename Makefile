@@ -12,7 +12,7 @@ NBGRADER   := cd exercises && ../$(BIN)/nbgrader
 # nbgrader runs helper programs (alembic) from the environment: put the venv first on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install book test test-fast readers exercises grade sync-setup clean help
+.PHONY: install book test test-fast readers exercises results grade sync-setup clean help
 
 help:
 	@echo "make book       build the site into _build/html"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-fast  the unit tests of course_lib and the grading core (about a minute)"
 	@echo "make readers    after make book: regenerate book/colab/ (the chapters for Colab and Jupyter)"
 	@echo "make exercises  regenerate exercises/release/ from exercises/source/"
+	@echo "make results    rerun chapter 12's committed experiments into RESULTS (default runs/results; under an hour)"
 	@echo "make grade      autograde and give feedback for everything in exercises/submitted/"
 	@echo "make sync-setup rewrite the first (setup) cell of every notebook from its one template"
 
@@ -64,6 +65,20 @@ readers: install
 
 exercises: install
 	$(NBGRADER) generate_assignment "*" --force --no-db
+
+# Chapter 12's committed results, made again from scratch into RESULTS: the copying model (one thread)
+# alongside the step-budget grids (two runs at a time), then the wall-clock grid alone, so that its
+# timing has the cores to itself. Finished runs already in RESULTS are kept (an interrupted run resumes).
+# To replace the committed results, point RESULTS at an empty folder and copy the outcome into
+# course_lib/experiments/results/.
+RESULTS ?= runs/results
+STEP_GRIDS := lr-sweep positions arch norm overfit init-scale
+results: install
+	@set -e; \
+	$(BIN)/python -m course_lib.experiments.copying --out $(RESULTS) --no-progress & copying=$$!; \
+	for grid in $(STEP_GRIDS); do $(BIN)/python -m course_lib.experiments $$grid --out $(RESULTS) --no-progress; done; \
+	wait $$copying; \
+	$(BIN)/python -m course_lib.experiments arch-time --out $(RESULTS) --no-progress
 
 # Autograde everything in exercises/submitted/<student>/<assignment>/, write HTML feedback (hidden tests
 # removed) to exercises/feedback/ and the grades to exercises/grades.csv. generate_assignment first

@@ -18,7 +18,11 @@ from course_lib.experiments.provenance import cpu_name
 def test_committed_model_matches_the_code_that_trains_it():
     model, record = copying.load_copying_model()
     assert record["model_config"] == dataclasses.asdict(copying.COPY_MODEL)
-    assert record["train_config"] == dataclasses.asdict(copying.COPY_RUN)
+    # a field added to TrainConfig since the model was trained held its default there
+    defaults = {f.name: f.default for f in dataclasses.fields(copying.COPY_RUN)}
+    saved = record["train_config"]
+    assert set(saved) <= set(defaults)
+    assert {k: saved.get(k, defaults[k]) for k in defaults} == dataclasses.asdict(copying.COPY_RUN)
     assert (record["repeat_share"], record["min_period"]) == (copying.REPEAT_SHARE, copying.MIN_PERIOD)
     assert len(record["step_losses"]) == copying.COPY_RUN.steps
     assert not record["provenance"]["dirty"] or not any(
@@ -65,3 +69,31 @@ def test_cli_unwritable_output_is_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "cannot write" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "file" / "copying").exists()
+
+
+def test_cli_keeps_an_existing_model(tmp_path):
+    path = tmp_path / "copying" / "model.pt"
+    path.parent.mkdir()
+    path.write_bytes(b"kept")
+    done = subprocess.run([sys.executable, "-m", "course_lib.experiments.copying", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "kept" in done.stdout
+    assert path.read_bytes() == b"kept"
+
+
+def test_the_model_ships_with_the_package_and_the_repository():
+    """Chapter 12 loads it wherever it runs: tracked by git (a fresh clone has it) and named in the
+    package data (pip install, as in Colab, brings it)."""
+    import fnmatch
+    import pathlib
+    import shutil
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    relative = pathlib.Path(copying.model_path()).relative_to(root / "course_lib").as_posix()
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["course_lib"]
+    assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
+    if shutil.which("git") and (root / ".git").exists():
+        tracked = subprocess.run(["git", "ls-files", f"course_lib/{relative}"], cwd=root, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        assert tracked == [f"course_lib/{relative}"]

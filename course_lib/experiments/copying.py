@@ -12,7 +12,7 @@ itself on names and phrases that recur by themselves.
     python -m course_lib.experiments.copying --out course_lib/experiments/results
 
 trains it (on one thread, about ten minutes on the machine that made the committed copy) and writes
-``OUT/copying/model.pt``: the weights, both configs, every step's loss and the provenance. Training is
+``OUT/copying/model.pt`` (an existing one is kept unless ``--force`` is given): the weights, both configs, every step's loss and the provenance. Training is
 deterministic: the same command, thread count, torch and CPU give the same weights.
 """
 
@@ -163,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=RESULTS, metavar="DIR",
                         help="results folder (default: the package's own, where the committed model lives)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--force", action="store_true", help="train again even if OUT holds the model")
     args = parser.parse_args(argv)
     path = model_path(args.out)
+    if os.path.exists(path) and not args.force:
+        print(f"{path} exists: kept (--force trains it again)")
+        return 0
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if not os.access(os.path.dirname(path), os.W_OK):
