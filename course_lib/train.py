@@ -5,12 +5,20 @@
     python -m course_lib.train --preset shakespeare-gpu --out runs/gpu
     python -m course_lib.train --out runs/cpu --resume  # continue a run from
                                                         # its checkpoint
+    python -m course_lib.train --precision bfloat16     # autocast (default auto:
+                                                        # bfloat16 on a recent GPU)
+    torchrun --standalone --nproc_per_node=2 -m course_lib.train --preset tiny
+                                                        # data parallel: 2 processes
 
 Writes into ``--out``: ``checkpoint.pt`` (model, both configs, optimiser state, step,
 the batch generator; saved atomically after every evaluation) and ``log.json`` (the
 run's settings and one record per evaluation: step, train loss, validation loss in nats
 per character, tokens per second, elapsed seconds). Bad input ends with a one-line error
 and exit status 2.
+
+Under torchrun the N processes train one run together
+(:mod:`course_lib.training.distributed`): each takes its share of every batch, the gradients
+are averaged, and rank 0 prints and writes; the log is the one a single process would write.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import torch
 from ._io import write_json
 from .data import CorpusError, load_char_data
 from .device import get_device
-from .training import PRESETS, CheckpointError, Trainer, build_model, get_preset
+from .training.distributed import close_distributed, init_distributed
+from .training import PRECISIONS, PRESETS, CheckpointError, Trainer, build_model, get_preset
 
 CHECKPOINT = "checkpoint.pt"
 LOG = "log.json"
@@ -85,6 +94,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, metavar="N", default=None,
                    help="split each step's batch into N micro-batches (same batch and update, less "
                         "memory; N must divide the batch size)")
+    p.add_argument("--precision", default=None, choices=PRECISIONS,
+                   help="number format of the forward and backward passes (default: the preset's, "
+                        "auto: bfloat16 on a GPU that has it, float16 on one that does not, float32 "
+                        "on a CPU)")
     p.add_argument("--device", default=None, metavar="DEV",
                    help="cpu or cuda (default: cuda when available, else cpu)")
     p.add_argument("--threads", type=positive_int, metavar="N", default=None,
@@ -119,7 +132,8 @@ def run(args: argparse.Namespace) -> dict:
     """Train as ``args`` say; return the log written to log.json."""
     model_config, train_config = get_preset(args.preset)
     changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed),
-                                 ("grad_accum", args.grad_accum)) if v is not None}
+                                 ("grad_accum", args.grad_accum), ("precision", args.precision))
+               if v is not None}
     if changes:
         train_config = train_config.replace(**changes)
     out = _prepare_out(args.out or os.path.join("runs", args.preset), args.resume)
@@ -130,6 +144,8 @@ def run(args: argparse.Namespace) -> dict:
         torch.empty(0, device=device)
     except (RuntimeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r} is not usable here: {str(err).splitlines()[0]}") from None
+    world = init_distributed(device)  # a world of one unless started by torchrun
+    device = world.device
 
     corpus = load_char_data()
     if corpus.tokenizer.vocab_size != model_config.vocab_size:
@@ -140,10 +156,10 @@ def run(args: argparse.Namespace) -> dict:
     checkpoint = os.path.join(out, CHECKPOINT)
     if args.resume:
         trainer = Trainer.from_checkpoint(checkpoint, model, corpus.train, corpus.val, train_config,
-                                          progress=progress)
+                                          progress=progress, world=world)
     else:
         trainer = Trainer(model, corpus.train, corpus.val, train_config, progress=progress,
-                          vocab=corpus.tokenizer.vocab)
+                          vocab=corpus.tokenizer.vocab, world=world)
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     log = {
         "preset": args.preset,
@@ -151,18 +167,26 @@ def run(args: argparse.Namespace) -> dict:
         "model_config": dataclasses.asdict(model_config),
         "train_config": dataclasses.asdict(train_config),
         "device": str(device),
+        "processes": world.size,
+        "precision": trainer.precision,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "evaluations": trainer.history,
     }
-    print(f"{args.preset}: {n_params:,} parameters on {device} ({torch.get_num_threads()} threads); "
-          f"{train_config.steps} steps of {train_config.batch_size} × {train_config.context} tokens; "
-          f"writing to {out}", flush=True)
+    say = print if world.is_main else (lambda *a, **k: None)  # rank 0 speaks and writes
+    processes = f", {world.size} processes" if world.distributed else ""
+    say(f"{args.preset}: {n_params:,} parameters on {device} ({torch.get_num_threads()} threads"
+        f"{processes}, {trainer.precision}); "
+        f"{train_config.steps} steps of {train_config.batch_size} × {train_config.context} tokens; "
+        f"writing to {out}", flush=True)
 
     def on_eval(t: Trainer, record: dict) -> None:
+        if not world.is_main:
+            return
         t.save(checkpoint)
         log["evaluations"] = t.history
+        log["skipped_steps"] = t.skipped_steps
         write_json(log, os.path.join(out, LOG), allow_nan=True)
         if not progress:
             print(f"step {record['step']}: val loss {record['val_loss']:.4f} nats/char, "
@@ -170,10 +194,12 @@ def run(args: argparse.Namespace) -> dict:
 
     started = time.perf_counter()
     trainer.train(on_eval=on_eval)
+    if not world.is_main:
+        return log
     log["evaluations"] = trainer.history
     write_json(log, os.path.join(out, LOG), allow_nan=True)
     last = trainer.history[-1]
-    print(f"done: step {last['step']}, validation loss {last['val_loss']:.4f} nats/char "
+    say(f"done: step {last['step']}, validation loss {last['val_loss']:.4f} nats/char "
           f"({last['val_bits_per_char']:.3f} bits/char, perplexity {math.exp(last['val_loss']):.2f}), "
           f"{trainer.elapsed:.1f} s of training ({time.perf_counter() - started:.1f} s this session)")
     return log
@@ -187,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: the last checkpoint written after an evaluation is intact", file=sys.stderr)
         return 130
     except (ValueError, TypeError, OSError, CheckpointError, CorpusError) as err:
-        print(f"python -m course_lib.train: error: {err}", file=sys.stderr)
+        rank = os.environ.get("RANK")
+        where = f" (rank {rank})" if rank not in (None, "0") else ""
+        print(f"python -m course_lib.train: error{where}: {err}", file=sys.stderr)
         return 2
+    finally:
+        close_distributed()
     return 0
 
 

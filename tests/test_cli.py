@@ -76,7 +76,8 @@ def test_help_explains_every_option(capsys):
         train_cli.main(["--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--device", "--threads", "--resume",
+    for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--precision", "--device", "--threads",
+                   "--resume",
                    "--no-progress", "shakespeare-cpu", "shakespeare-gpu"):
         assert option in text
     with pytest.raises(SystemExit):
@@ -102,6 +103,7 @@ def test_bad_numbers_are_refused(capsys, tmp_path):
     one_line_error(capsys, train_cli.main, ["--steps", "many"], "--steps", "not an integer")
     one_line_error(capsys, train_cli.main, ["--threads", "-2"], "--threads")
     one_line_error(capsys, train_cli.main, ["--grad-accum", "0"], "--grad-accum", "at least 1")
+    one_line_error(capsys, train_cli.main, ["--precision", "half"], "--precision", "bfloat16")
     one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--grad-accum", "3", "--out", str(tmp_path / "g")],
                    "grad_accum (3) must divide batch_size (8)")
     ck = str(tmp_path)
@@ -121,6 +123,19 @@ def test_grad_accum_gives_the_run_without_it(trained, tmp_path):
     assert [r["val_loss"] for r in split["evaluations"]] == pytest.approx([r["val_loss"] for r in plain["evaluations"]],
                                                                        rel=1e-4)
     assert load_checkpoint(tmp_path / "checkpoint.pt")["train_config"]["grad_accum"] == 4
+
+
+def test_precision_is_recorded_and_kept_on_resume(tmp_path):
+    result = run("--preset", "tiny", "--out", str(tmp_path), "--no-progress", "--threads", "1",
+                 "--precision", "bfloat16", "--steps", "10")
+    assert result.returncode == 0, result.stderr
+    assert "bfloat16" in result.stdout.splitlines()[0]
+    assert json.loads((tmp_path / "log.json").read_text())["precision"] == "bfloat16"
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["precision"] == "bfloat16"
+    # resuming with another explicit precision is refused in one line, naming the field
+    again = run("--preset", "tiny", "--out", str(tmp_path), "--no-progress", "--resume", "--steps", "10",
+                "--precision", "float32")
+    assert again.returncode == 2 and "precision" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_unwritable_out_and_resume_without_checkpoint(capsys, tmp_path):

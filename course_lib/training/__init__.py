@@ -35,6 +35,10 @@ One concept per file, everything imported from here (``from course_lib.training 
 * ``muon`` — :func:`newton_schulz` and :class:`Muon` (momentum orthogonalised for the blocks'
   matrices), and :func:`make_muon_optimizer`, Muon with AdamW for everything else.
 * ``step`` — :func:`build_model` (the initial weights) and :func:`train_step` (one step).
+* ``precision`` — :func:`resolve_precision`, :func:`autocast` and :func:`make_grad_scaler`: float32,
+  bfloat16 or float16 (with loss scaling) for the forward and backward passes.
+* ``distributed`` — :func:`init_distributed`, :func:`rank_rows`, :func:`mean_over_ranks`: several
+  processes under torchrun, each training on its rows of the same global batch.
 * ``evaluation`` — :func:`evaluate`, :func:`bits_per_char` and :func:`loss_per_position`.
 * ``progress`` — ``progress_bar`` and ``close_progress_bar``.
 * ``loop`` — :func:`smoke_capped`, :func:`train_on_batches` and :class:`Trainer`.
@@ -46,11 +50,13 @@ from __future__ import annotations
 
 from .checkpoints import (CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, model_config_from_dict,
                           save_checkpoint, train_config_from_dict)
+from .distributed import World, close_distributed, init_distributed, mean_over_ranks, rank_rows
 from .evaluation import LN2, bits_per_char, evaluate, loss_per_position
 from .loop import Trainer, smoke_capped, train_on_batches
 from .muon import (NS_COEFFICIENTS, CombinedOptimizer, Muon, make_muon_optimizer, muon_param_groups,
                    muon_update, newton_schulz, newton_schulz_band)
 from .optimizer import make_optimizer, param_groups
+from .precision import PRECISIONS, autocast, make_grad_scaler, resolve_precision
 from .presets import PRESETS, get_preset
 from .progress import close_progress_bar, progress_bar
 from .run_config import TrainConfig
@@ -85,4 +91,13 @@ __all__ = [
     "train_config_from_dict",
     "PRESETS",
     "get_preset",
+    "PRECISIONS",
+    "resolve_precision",
+    "autocast",
+    "make_grad_scaler",
+    "World",
+    "init_distributed",
+    "close_distributed",
+    "rank_rows",
+    "mean_over_ranks",
 ]

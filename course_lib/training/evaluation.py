@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import eval_windows
+from .precision import autocast
 
 __all__ = ["LN2", "evaluate", "bits_per_char", "loss_per_position"]
 
@@ -20,7 +21,8 @@ LN2 = math.log(2.0)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: torch.Tensor, context: int, batch_size: int = 64) -> float:
+def evaluate(model: nn.Module, data: torch.Tensor, context: int, batch_size: int = 64,
+             precision: str = "float32") -> float:
     """The mean loss per token, in nats, over the whole split ``data``: every non-overlapping window
     of ``context`` tokens (``data.eval_windows``), each target token counted once.
 
@@ -29,7 +31,8 @@ def evaluate(model: nn.Module, data: torch.Tensor, context: int, batch_size: int
     Deterministic (no sampling of batches). A token's context is the earlier tokens of its window,
     0 … T − 1 of them (about (T − 1) / 2 on average), so this loss is somewhat higher than that of a
     sliding window that always gives T − 1 tokens of context. The model is put in eval mode and
-    back.
+    back. ``precision``: the forward passes run under that autocast (as in training); the loss is
+    summed in float64 either way.
     """
     was_training = model.training
     model.eval()
@@ -39,7 +42,8 @@ def evaluate(model: nn.Module, data: torch.Tensor, context: int, batch_size: int
     with torch.inference_mode():
         for x, y in eval_windows(data, batch_size, context):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            logits = model(x)  # (b, T, V)
+            with autocast(precision, device):
+                logits = model(x)  # (b, T, V)
             total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").double()
             count += y.numel()
     model.train(was_training)

@@ -22,8 +22,10 @@ from torch import nn
 from ..config import ModelConfig
 from ..data import get_batch
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from .distributed import World, mean_over_ranks, rank_rows
 from .evaluation import bits_per_char, evaluate
 from .optimizer import make_optimizer
+from .precision import make_grad_scaler, resolve_precision
 from .progress import close_progress_bar, progress_bar
 from .run_config import TrainConfig
 from .schedule import lr_at
@@ -56,14 +58,17 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
     """Train ``model`` for ``config.steps`` steps on batches ``x, y = next_batch()`` (B, T) — for data
     that is not a corpus, such as ``data.induction_batch`` — with the same optimiser
     (:func:`make_optimizer`), schedule (:func:`lr_at`) and step (:func:`train_step`, clipping to
-    ``config.grad_clip``) as :class:`Trainer`. No evaluation, no checkpoints. Returns every step's
-    training loss (nats)."""
+    ``config.grad_clip``, in ``config.precision``) as :class:`Trainer`. No evaluation, no
+    checkpoints. Returns every step's training loss (nats)."""
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if not callable(next_batch):
         raise TypeError("next_batch must be a function of no arguments returning (x, y)")
     c = smoke_capped(config)
     optimizer = make_optimizer(model, c)
+    device = next(model.parameters()).device
+    precision = resolve_precision(c.precision, device)
+    scaler = make_grad_scaler(precision, device)
     model.train()
     bar = progress_bar(c.steps) if progress else None
     losses: list[torch.Tensor] = []
@@ -71,7 +76,8 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
         for step in range(c.steps):
             x, y = next_batch()  # (B, T) each
             lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
-            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip, grad_accum=c.grad_accum))
+            losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip, grad_accum=c.grad_accum,
+                                     precision=precision, scaler=scaler))
             if bar is not None:
                 bar.update(1)
     finally:
@@ -100,12 +106,24 @@ class Trainer:
         elapsed_seconds    wall-clock seconds since training started, evaluations included
 
     ``step_losses`` holds every step's training loss and ``grad_norms`` every step's gradient norm
-    before clipping (‖g‖₂ over all parameters). ``save(path)`` writes a checkpoint;
-    :meth:`from_checkpoint` continues it exactly.
+    before clipping (‖g‖₂ over all parameters). ``precision`` is the run's number format, decided
+    once from ``config.precision`` and the device (:func:`resolve_precision`); in float16 a gradient
+    scaler runs beside the optimiser, and ``skipped_steps`` lists the steps it skipped because a
+    gradient overflowed (each is also printed). ``save(path)`` writes a checkpoint, the precision
+    and the scaler's state with it; :meth:`from_checkpoint` continues it exactly, in the precision it
+    was started in.
+
+    ``world`` (:class:`~course_lib.training.distributed.World`, from ``init_distributed`` under
+    torchrun): with N processes every rank draws the same global batch and trains on its B / N rows
+    through ``DistributedDataParallel``, which averages the gradients; the logged losses are the
+    means over the ranks, so the log is that of one process training on the whole batch. Every
+    rank evaluates the whole validation split (the same number on each); only rank 0 shows a
+    progress bar. Saving is the caller's choice: the command line saves on rank 0.
     """
 
     def __init__(self, model: nn.Module, train_data: torch.Tensor, val_data: torch.Tensor,
-                 config: TrainConfig, *, progress: bool = True, vocab: str | None = None):
+                 config: TrainConfig, *, progress: bool = True, vocab: str | None = None,
+                 world: World | None = None):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         config = smoke_capped(config)
@@ -115,8 +133,21 @@ class Trainer:
         if config.context > model_config.max_seq_len:
             raise ValueError(f"context ({config.context}) must not exceed the model's max_seq_len "
                              f"({model_config.max_seq_len})")
-        self.model, self.config, self.progress, self.vocab = model, config, progress, vocab
         self.device = next(model.parameters()).device
+        self.world = world if world is not None else World(0, 1, self.device)
+        if config.batch_size % (self.world.size * config.grad_accum):
+            raise ValueError(f"batch_size ({config.batch_size}) must divide into {self.world.size} "
+                             f"process(es) × grad_accum {config.grad_accum}")
+        self.model, self.config, self.vocab = model, config, vocab
+        self.progress = progress and self.world.is_main  # one bar, on rank 0
+        # What the steps run through: the model itself, or (several processes) a wrapper whose
+        # backward pass averages the gradients across the ranks.
+        self.step_model = model
+        if self.world.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.step_model = DistributedDataParallel(model, device_ids=ids)
         self.train_data = train_data.to(self.device)
         self.val_data = val_data.to(self.device)
         for name, split in (("train_data", self.train_data), ("val_data", self.val_data)):
@@ -124,6 +155,9 @@ class Trainer:
                 raise ValueError(f"{name} holds token id {int(split.max())}, outside the model's "
                                  f"vocabulary (vocab_size {model_config.vocab_size})")
         self.optimizer = make_optimizer(model, config)
+        self.precision = resolve_precision(config.precision, self.device)  # "auto" decided here
+        self.scaler = make_grad_scaler(self.precision, self.device)  # float16 only
+        self.skipped_steps: list[int] = []  # float16 steps the scaler skipped (overflow)
         self.generator = torch.Generator().manual_seed(config.seed + 1)  # the batches (CPU)
         self.step = 0
         self.history: list[dict] = []
@@ -140,7 +174,8 @@ class Trainer:
 
     def evaluate(self) -> float:
         """The validation loss now (nats per character, whole split)."""
-        return evaluate(self.model, self.val_data, self.config.context, self.config.eval_batch_size)
+        return evaluate(self.model, self.val_data, self.config.context, self.config.eval_batch_size,
+                        self.precision)
 
     def train(self, until: int | None = None,
               on_eval: Callable[[Trainer, dict], None] | None = None) -> list[dict]:
@@ -204,12 +239,23 @@ class Trainer:
         try:
             while self.step < until:
                 tick = time.perf_counter()
-                x, y = get_batch(self.train_data, c.batch_size, c.context, self.generator)
-                loss, norm = train_step(model, self.optimizer, x, y, self.lr(self.step), c.grad_clip,
-                                        return_grad_norm=True, grad_accum=c.grad_accum)
-                losses.append(loss)
+                x, y = get_batch(self.train_data, c.batch_size, c.context, self.generator)  # (B, T)
+                x, y = rank_rows(x, self.world), rank_rows(y, self.world)  # (B / N, T): this rank's
+                scale = self.scaler.get_scale() if self.scaler is not None else None
+                loss, norm = train_step(self.step_model, self.optimizer, x, y, self.lr(self.step),
+                                        c.grad_clip, return_grad_norm=True, grad_accum=c.grad_accum,
+                                        precision=self.precision, scaler=self.scaler)
+                losses.append(mean_over_ranks(loss, self.world))  # the whole batch's loss
                 norms.append(norm)
                 self.step += 1
+                if scale is not None and self.scaler.get_scale() < scale:  # overflow: step skipped
+                    self.skipped_steps.append(self.step)
+                    message = (f"step {self.step}: float16 gradients overflowed; step skipped, loss "
+                               f"scale lowered to {self.scaler.get_scale():g}")
+                    if bar is not None:
+                        bar.write(message)
+                    elif self.world.is_main:
+                        print(message, flush=True)
                 self._interval_seconds += time.perf_counter() - tick
                 shown_steps += 1
                 if bar is not None and (time.perf_counter() - shown_at > 0.5 or self.step == until):
@@ -255,6 +301,9 @@ class Trainer:
             "interval": [self._interval_loss, self._interval_steps, self._interval_seconds],
             "elapsed_seconds": self.elapsed,
             "vocab": self.vocab,
+            "precision": self.precision,
+            "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "skipped_steps": list(self.skipped_steps),
         }
 
     def save(self, path: str | os.PathLike) -> None:
@@ -263,12 +312,14 @@ class Trainer:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, model: nn.Module, train_data: torch.Tensor,
-                        val_data: torch.Tensor, config: TrainConfig, *, progress: bool = True) -> Trainer:
+                        val_data: torch.Tensor, config: TrainConfig, *, progress: bool = True,
+                        world: World | None = None) -> Trainer:
         """The trainer saved in ``path``, continuing with ``model`` (whose config must equal the
         checkpoint's) and ``config`` (likewise): weights, optimiser state, step, the batch generator,
         the log. A mismatch raises an error naming the field."""
         state = load_checkpoint(path, model_config=model.config, train_config=config)
-        trainer = cls(model, train_data, val_data, config, progress=progress, vocab=state.get("vocab"))
+        trainer = cls(model, train_data, val_data, config, progress=progress, vocab=state.get("vocab"),
+                      world=world)
         model.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer.step = state["step"]
@@ -278,4 +329,14 @@ class Trainer:
         trainer.grad_norms = state["grad_norms"].tolist() if "grad_norms" in state else []
         trainer._interval_loss, trainer._interval_steps, trainer._interval_seconds = state["interval"]
         trainer.elapsed = state["elapsed_seconds"]
+        # The run keeps the precision it started in (float32 for checkpoints from before it was
+        # recorded). An explicit precision must equal the checkpoint's config (load_checkpoint checks
+        # it); "auto" may resolve differently on another device, and then the saved one wins.
+        saved = state.get("precision", "float32")
+        if saved != trainer.precision:
+            trainer.precision = resolve_precision(saved, trainer.device)
+            trainer.scaler = make_grad_scaler(trainer.precision, trainer.device)
+        if trainer.scaler is not None and state.get("grad_scaler"):
+            trainer.scaler.load_state_dict(state["grad_scaler"])
+        trainer.skipped_steps = list(state.get("skipped_steps", []))
         return trainer

@@ -12,6 +12,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from .precision import PRECISIONS
+
 __all__ = ["TrainConfig"]
 
 
@@ -45,7 +47,10 @@ class TrainConfig:
     ``seed`` fixes the initial weights and the batches. ``grad_accum`` N splits each step's batch into
     N micro-batches of B / N windows whose gradients add up before the update: the step sees the same
     B windows and takes the same update (to float rounding), with the activations of B / N windows in
-    memory at a time.
+    memory at a time. ``precision`` is the number format of the forward and backward passes
+    (:mod:`~course_lib.training.precision`): ``"float32"``, ``"bfloat16"`` or ``"float16"`` autocast
+    (float16 with a gradient scaler), or ``"auto"``: bfloat16 on a CUDA GPU that has it, float16 on
+    one that does not, float32 on a CPU.
     """
 
     batch_size: int = 32
@@ -62,6 +67,7 @@ class TrainConfig:
     eval_at_start: bool = True
     seed: int = 0
     grad_accum: int = 1
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "context", "steps", "eval_interval", "eval_batch_size"):
@@ -88,6 +94,8 @@ class TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ValueError(f"grad_accum ({self.grad_accum}) must divide batch_size ({self.batch_size}): "
                              "every micro-batch holds the same number of windows")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     def replace(self, **changes) -> TrainConfig:
         """A copy with some fields changed (validated again)."""
