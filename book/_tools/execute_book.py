@@ -47,6 +47,7 @@ TIMING_CHAPTERS = frozenset({
     "02_embeddings_and_positions.ipynb",  # table lookup against one-hot product
     "05_normalization.ipynb",  # LayerNorm against RMSNorm, fused and explicit
     "07_decoder_block.ipynb",  # the forward walkthrough's time
+    "08_counting.ipynb",  # a matrix product's peak and a training step (MFU)
     "09_language_model.ipynb",  # generation time
     "10_kv_cache.ipynb",  # a step with and without the cache
     "11_memory_in_training.ipynb",  # what checkpointing costs in time
