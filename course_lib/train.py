@@ -70,6 +70,10 @@ def non_negative_int(text: str) -> int:
     return _parsed(text, int, lambda v: v >= 0, "must be non-negative")
 
 
+def positive_float(text: str) -> float:
+    return _parsed(text, float, lambda v: v > 0 and math.isfinite(v), "must be a finite number > 0")
+
+
 def non_negative_float(text: str) -> float:
     return _parsed(text, float, lambda v: v >= 0 and math.isfinite(v), "must be a finite number ≥ 0")
 
@@ -94,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, metavar="N", default=None,
                    help="split each step's batch into N micro-batches (same batch and update, less "
                         "memory; N must divide the batch size)")
+    p.add_argument("--target-loss", type=positive_float, metavar="X", default=None,
+                   help="stop at the first evaluation whose validation loss is at or below X nats "
+                        "per character, and report the time it took")
     p.add_argument("--precision", default=None, choices=PRECISIONS,
                    help="number format of the forward and backward passes (default: the preset's, "
                         "auto: bfloat16 on a GPU that has it, float16 on one that does not, float32 "
@@ -193,9 +200,21 @@ def run(args: argparse.Namespace) -> dict:
                   f"{record['elapsed_seconds']:.1f} s", flush=True)
 
     started = time.perf_counter()
-    trainer.train(on_eval=on_eval)
+    trainer.train(on_eval=on_eval, target_loss=args.target_loss)
     if not world.is_main:
         return log
+    if args.target_loss is not None:
+        hit = trainer.reached_target
+        log["target"] = {"loss": args.target_loss, "reached": hit is not None,
+                         "step": hit["step"] if hit else None,
+                         "elapsed_seconds": hit["elapsed_seconds"] if hit else None}
+        if hit:
+            say(f"target {args.target_loss:g} reached: validation loss {hit['val_loss']:.4f} at step "
+                f"{hit['step']}, {hit['elapsed_seconds']:.1f} s after the start (evaluations included)")
+        else:
+            best = min(r["val_loss"] for r in trainer.history)
+            say(f"target {args.target_loss:g} not reached in {trainer.step} steps; best validation "
+                f"loss {best:.4f}")
     log["evaluations"] = trainer.history
     write_json(log, os.path.join(out, LOG), allow_nan=True)
     last = trainer.history[-1]

@@ -76,7 +76,8 @@ def test_help_explains_every_option(capsys):
         train_cli.main(["--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--precision", "--device", "--threads",
+    for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--precision", "--target-loss",
+                   "--device", "--threads",
                    "--resume",
                    "--no-progress", "shakespeare-cpu", "shakespeare-gpu"):
         assert option in text
@@ -104,6 +105,8 @@ def test_bad_numbers_are_refused(capsys, tmp_path):
     one_line_error(capsys, train_cli.main, ["--threads", "-2"], "--threads")
     one_line_error(capsys, train_cli.main, ["--grad-accum", "0"], "--grad-accum", "at least 1")
     one_line_error(capsys, train_cli.main, ["--precision", "half"], "--precision", "bfloat16")
+    one_line_error(capsys, train_cli.main, ["--target-loss", "0"], "--target-loss", "> 0")
+    one_line_error(capsys, train_cli.main, ["--target-loss", "nan"], "--target-loss")
     one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--grad-accum", "3", "--out", str(tmp_path / "g")],
                    "grad_accum (3) must divide batch_size (8)")
     ck = str(tmp_path)
@@ -123,6 +126,30 @@ def test_grad_accum_gives_the_run_without_it(trained, tmp_path):
     assert [r["val_loss"] for r in split["evaluations"]] == pytest.approx([r["val_loss"] for r in plain["evaluations"]],
                                                                        rel=1e-4)
     assert load_checkpoint(tmp_path / "checkpoint.pt")["train_config"]["grad_accum"] == 4
+
+
+def test_target_loss_stops_at_the_first_evaluation_that_reaches_it(trained, tmp_path):
+    out, _ = trained  # the whole tiny run: evaluations at steps 10 and 20
+    plain = json.loads((out / "log.json").read_text())["evaluations"]
+    first = plain[0]["val_loss"]
+    assert plain[-1]["val_loss"] < first  # the second evaluation is lower, so a target between stops late
+    # a target the first evaluation meets: stop there
+    early = run("--preset", "tiny", "--out", str(tmp_path / "a"), "--no-progress", "--threads", "1",
+                "--target-loss", f"{first + 1e-6:.9f}")
+    assert early.returncode == 0, early.stderr
+    log = json.loads((tmp_path / "a" / "log.json").read_text())
+    assert [r["step"] for r in log["evaluations"]] == [10]
+    assert log["target"]["reached"] and log["target"]["step"] == 10
+    assert "reached: validation loss" in early.stdout and "at step 10" in early.stdout
+    # a target only the second meets: stop at 20; one no evaluation meets: run to the end, say so
+    later = run("--preset", "tiny", "--out", str(tmp_path / "b"), "--no-progress", "--threads", "1",
+                "--target-loss", f"{(first + plain[-1]['val_loss']) / 2:.9f}")
+    assert json.loads((tmp_path / "b" / "log.json").read_text())["target"]["step"] == 20
+    never = run("--preset", "tiny", "--out", str(tmp_path / "c"), "--no-progress", "--threads", "1",
+                "--target-loss", "0.01")
+    assert never.returncode == 0 and "not reached in 20 steps" in never.stdout
+    assert json.loads((tmp_path / "c" / "log.json").read_text())["target"]["reached"] is False
+    assert later.returncode == 0
 
 
 def test_precision_is_recorded_and_kept_on_resume(tmp_path):

@@ -438,3 +438,14 @@ def test_in_a_notebook_the_progress_bar_ends_as_text_beside_its_widget():
     assert text.startswith("training: 100%") and "30/30" in text
     assert "val=1.637" in text and "loss=1.512" in text
     assert max(len(line) for line in text.splitlines()) <= 88, text  # the site's column
+
+
+def test_target_loss_stops_early_and_is_checked(corpus):
+    t = trainer_for(corpus)
+    t.train(target_loss=100.0)  # met by the evaluation at step 0
+    assert t.step == 0 and t.reached_target is t.history[0]
+    t.train(target_loss=1e-3)  # never met: the whole run
+    assert t.step == RUN.steps and t.reached_target is None
+    for bad in (0.0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="target_loss"):
+            trainer_for(corpus).train(target_loss=bad)

@@ -12,6 +12,7 @@ config through :func:`smoke_capped`, which shortens the run when ``COURSE_LIB_MA
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable
@@ -164,6 +165,7 @@ class Trainer:
         self.step_losses: list[float] = []
         self.grad_norms: list[float] = []
         self.elapsed = 0.0  # seconds of train() so far, evaluations included
+        self.reached_target: dict | None = None  # the evaluation that met train()'s target_loss
         self._interval_loss, self._interval_steps, self._interval_seconds = 0.0, 0, 0.0
 
     # --- running -----------------------------------------------------------------------------------
@@ -178,11 +180,19 @@ class Trainer:
                         self.precision)
 
     def train(self, until: int | None = None,
-              on_eval: Callable[[Trainer, dict], None] | None = None) -> list[dict]:
+              on_eval: Callable[[Trainer, dict], None] | None = None,
+              target_loss: float | None = None) -> list[dict]:
         """Train from the current step up to step ``until`` (default: ``config.steps``), evaluating as
         the config says; ``on_eval(trainer, record)`` is called after each evaluation (e.g. to save a
-        checkpoint). Returns ``history``."""
+        checkpoint). With ``target_loss``, stop after the first evaluation whose validation loss is
+        at or below it; ``reached_target`` then holds that evaluation's record (None otherwise).
+        Returns ``history``."""
         c = self.config
+        if target_loss is not None and not (isinstance(target_loss, (int, float))
+                                            and not isinstance(target_loss, bool)
+                                            and math.isfinite(target_loss) and target_loss > 0):
+            raise ValueError(f"target_loss ({target_loss!r}) must be a finite number > 0 (nats)")
+        self.reached_target = None
         until = c.steps if until is None else until
         if isinstance(until, bool) or not isinstance(until, int) or not self.step <= until <= c.steps:
             raise ValueError(f"until ({until}) must be an int between the current step ({self.step}) "
@@ -232,8 +242,20 @@ class Trainer:
             if on_eval is not None:
                 on_eval(self, entry)
 
+        def met(evaluations: int) -> bool:
+            """Did an evaluation just happen (history grew past ``evaluations``) and meet the target?"""
+            if target_loss is None or len(self.history) == evaluations:
+                return False
+            if self.history[-1]["val_loss"] <= target_loss:
+                self.reached_target = self.history[-1]
+            return self.reached_target is not None
+
         if self.step == 0 and c.eval_at_start and not self.history:
             record()
+            if met(0):
+                if bar is not None:
+                    close_progress_bar(bar)
+                return self.history
         shown_at = time.perf_counter()
         shown_steps = 0
         try:
@@ -267,7 +289,10 @@ class Trainer:
                     bar.update(shown_steps)
                     shown_at, shown_steps = now, 0
                 if self._due(self.step) or self.step == until:
+                    evaluations = len(self.history)
                     record()
+                    if met(evaluations):
+                        break
         finally:
             if bar is not None:
                 close_progress_bar(bar)
