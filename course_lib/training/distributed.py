@@ -38,11 +38,12 @@ __all__ = ["World", "init_distributed", "close_distributed", "rank_rows", "mean_
 
 @dataclasses.dataclass(frozen=True)
 class World:
-    """Where this process stands: ``rank`` of ``size`` processes, on ``device``."""
+    """Where this process stands: ``rank`` of ``size`` processes, on ``device`` (None: whatever
+    device the model is on)."""
 
     rank: int = 0
     size: int = 1
-    device: torch.device = torch.device("cpu")
+    device: torch.device | None = None
 
     @property
     def is_main(self) -> bool:
@@ -77,7 +78,7 @@ def init_distributed(device: torch.device) -> World:
     if device.type == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise ValueError(f"LOCAL_RANK {local_rank} has no GPU: {torch.cuda.device_count()} visible")
-        device = torch.device("cuda", local_rank)
+        device = torch.device(device.type, local_rank)  # this process's GPU
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
