@@ -422,11 +422,15 @@ class GroupedQueryAttention(nn.Module):
     the projection, with the half-split pairing of Hugging Face checkpoints. ``dropout``
     p: in training mode each attention weight is zeroed with probability p after the
     softmax (the others scaled by 1/(1 − p)); in eval mode, or with p = 0 (the default),
-    none is.
+    none is. ``qk_norm``: each query and key vector is RMS-normalised over its D_h features
+    (no gain, ε = ``norm_eps``) before RoPE (Dehghani et al., 2023): every |q|, |k| is then
+    √D_h and a score q·k/√D_h lies in [−√D_h, √D_h]. RoPE's rotation keeps a vector's
+    length, so normalising before or after it gives the same q and k.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int,
-                 head_dim: int | None = None, bias: bool = False, dropout: float = 0.0):
+                 head_dim: int | None = None, bias: bool = False, dropout: float = 0.0,
+                 qk_norm: bool = False, norm_eps: float = 1e-5):
         super().__init__()
         d_model = _check_int(d_model, "d_model", 1)
         n_heads = _check_int(n_heads, "n_heads", 1)
@@ -443,8 +447,12 @@ class GroupedQueryAttention(nn.Module):
                 )
             head_dim = d_model // n_heads
         head_dim = _check_int(head_dim, "head_dim", 1)
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+        for name, flag in (("bias", bias), ("qk_norm", qk_norm)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not norm_eps > 0:
+            raise ValueError(f"norm_eps ({norm_eps!r}) must be a positive number")
+        self.qk_norm, self.norm_eps = qk_norm, float(norm_eps)
         self.d_model, self.head_dim = d_model, head_dim
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
@@ -464,6 +472,7 @@ class GroupedQueryAttention(nn.Module):
     def extra_repr(self) -> str:
         text = (f"d_model={self.d_model}, n_heads={self.n_heads}, "
                 f"n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}")
+        text += ", qk_norm=True" if self.qk_norm else ""
         return text + (f", dropout={self.dropout}" if self.dropout else "")
 
     def project_qkv(self, x: torch.Tensor, cos: torch.Tensor | None = None,
@@ -486,6 +495,9 @@ class GroupedQueryAttention(nn.Module):
         q = q.transpose(1, 2)  # (B, H, T, D_h)
         k = k.transpose(1, 2)  # (B, H_kv, T, D_h)
         v = v.transpose(1, 2)  # (B, H_kv, T, D_h)
+        if self.qk_norm:  # each head's vector to RMS 1 (norms.rms_norm with γ = 1)
+            q = F.rms_norm(q, (D_h,), eps=self.norm_eps)  # (B, H, T, D_h)
+            k = F.rms_norm(k, (D_h,), eps=self.norm_eps)  # (B, H_kv, T, D_h)
         if cos is not None:
             q = apply_rope(q, cos, sin, pairing="half")  # (B, H, T, D_h): a new tensor
             k = apply_rope(k, cos, sin, pairing="half")  # (B, H_kv, T, D_h): a new one

@@ -70,7 +70,8 @@ class TransformerBlock(nn.Module):
         self.attn_norm = build_norm(config)
         self.attn = GroupedQueryAttention(
             config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim,
-            bias=config.bias, dropout=config.dropout)
+            bias=config.bias, dropout=config.dropout, qk_norm=config.qk_norm,
+            norm_eps=config.norm_eps)
         self.ffn_norm = build_norm(config)
         self.ffn = build_ffn(config.ffn, config.d_model, config.d_ff, bias=config.bias)
 

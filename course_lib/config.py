@@ -15,13 +15,13 @@ __all__ = ["ModelConfig", "PRESETS", "get_preset"]
 
 Norm = Literal["rms", "layer"]
 Placement = Literal["pre", "post"]
-FFN = Literal["swiglu", "gelu", "relu"]
+FFN = Literal["swiglu", "gelu", "relu", "relu2"]
 Positional = Literal["rope", "sinusoidal", "learned", "alibi", "none"]
 
 _CHOICES = {
     "norm": ("rms", "layer"),
     "placement": ("pre", "post"),
-    "ffn": ("swiglu", "gelu", "relu"),
+    "ffn": ("swiglu", "gelu", "relu", "relu2"),
     "positional": ("rope", "sinusoidal", "learned", "alibi", "none"),
 }
 
@@ -46,6 +46,15 @@ class ModelConfig:
     is deterministic and computes exactly what the same weights compute with p = 0. The default,
     0, is the modern recipe (Llama and Mistral train without dropout) and adds no operation at all.
     Dropout has no parameters: the counts of ``counting`` do not depend on it.
+
+    Three more variants come from the speedrun's recipe (chapter 13); each is off by default and
+    adds no parameter. ``qk_norm``: every query and key vector is RMS-normalised over its D_h
+    features, without a gain, before the attention scores (Dehghani et al., 2023; Wortsman et al.,
+    2023): a score q·k/√D_h is then at most √D_h in size. ``zero_init_out``: the residual output
+    projections (attention's ``w_o``, the FFN's ``w_down``) start at zero, so every block starts as
+    the identity map (modded-nanogpt). ``logit_softcap`` c: the logits become c·tanh(z/c), bounded
+    by ±c and close to z where |z| ≪ c (Gemma 2, Gemma Team 2024). ``ffn="relu2"`` is the FFN with
+    ReLU(x)² (So et al., 2021).
     """
 
     vocab_size: int
@@ -67,6 +76,9 @@ class ModelConfig:
     sliding_window: int | None = None  # Mistral: a query sees at most this many positions (itself included)
     init_std: float = 0.02  # σ of the initial weights (init.gpt2_init_): GPT-2's; 1/√D suits small D
     dropout: float = 0.0  # p: probability of zeroing, in training mode only (see above); 0 = none
+    qk_norm: bool = False  # RMS-normalise each query and key vector (no gain) before the scores
+    zero_init_out: bool = False  # w_o and w_down start at zero: every block starts as the identity
+    logit_softcap: float | None = None  # c: logits → c·tanh(logits / c); None = no cap
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -110,8 +122,14 @@ class ModelConfig:
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window)
         if self.bias and self.ffn == "swiglu":
-            raise ValueError("bias=True goes with ffn 'gelu' or 'relu' (GPT-style); SwiGLU blocks have no biases")
-        for name in ("tie_embeddings", "bias"):
+            raise ValueError("bias=True goes with ffn 'gelu', 'relu' or 'relu2' (GPT-style); SwiGLU blocks have no biases")
+        if self.logit_softcap is not None:
+            if isinstance(self.logit_softcap, bool) or not isinstance(self.logit_softcap, (int, float)):
+                raise TypeError(f"logit_softcap must be a number or None, got {type(self.logit_softcap).__name__}")
+            if not (self.logit_softcap > 0 and math.isfinite(self.logit_softcap)):
+                raise ValueError(f"logit_softcap ({self.logit_softcap}) must be positive and finite: "
+                                 f"the logits' bound c in c·tanh(z / c)")
+        for name in ("tie_embeddings", "bias", "qk_norm", "zero_init_out"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

@@ -1,5 +1,5 @@
-"""The position-wise feed-forward network (FFN): the classic two-layer MLP with ReLU
-or GELU, and the gated SwiGLU variant of Llama, with the rule that sets its width.
+"""The position-wise feed-forward network (FFN): the classic two-layer MLP with ReLU,
+ReLU² or GELU, and the gated SwiGLU variant of Llama, with the rule that sets its width.
 
 Conventions
 -----------
@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "relu",
+    "relu_squared",
     "gelu",
     "silu",
     "ACTIVATIONS",
@@ -85,6 +86,17 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, x, torch.zeros_like(x))
 
 
+def relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """ReLU²(x) = max(x, 0)²  (So et al., 2021, "Primer"; the modded-nanogpt speedrun's FFN).
+
+    Zero for x ≤ 0 like ReLU, but smooth at 0 (derivative 2·max(x, 0)) and growing
+    quadratically: a large pre-activation counts more than in proportion. No gate, so the FFN
+    keeps ReLU's 2·D·F parameters."""
+    x = _check_tensor(x, "x")
+    positive = torch.where(x > 0, x, torch.zeros_like(x))
+    return positive * positive
+
+
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU(x) = x · Φ(x), Φ the standard normal CDF  (Hendrycks & Gimpel, 2016).
 
@@ -115,11 +127,13 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 # The activations FeedForward accepts, as explicit math (the module calls torch's).
 ACTIVATIONS = {
     "relu": relu,
+    "relu2": relu_squared,
     "gelu": gelu,
     "gelu_tanh": lambda x: gelu(x, approximate="tanh"),
 }
 _FAST = {
     "relu": F.relu,
+    "relu2": lambda x: torch.square(F.relu(x)),
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
@@ -129,7 +143,7 @@ class FeedForward(nn.Module):
     """FFN(x) = act(x W_up + b_up) W_down + b_down, at every position on its own
     (Vaswani et al., 2017, §3.3: ReLU and F = 4D; GPT-2 uses GELU).
 
-    ``activation`` is ``"relu"``, ``"gelu"`` (exact) or ``"gelu_tanh"``.
+    ``activation`` is ``"relu"``, ``"relu2"`` (ReLU²), ``"gelu"`` (exact) or ``"gelu_tanh"``.
     Parameters: 2·D·F, plus F + D with ``bias=True``.
     """
 
@@ -292,17 +306,17 @@ class SwiGLU(nn.Module):
         return f"d_model={self.d_model}, d_ff={self.d_ff}"
 
 
-FFN_VARIANTS = ("swiglu", "gelu", "relu")
+FFN_VARIANTS = ("swiglu", "gelu", "relu", "relu2")
 
 
 def build_ffn(variant: str, d_model: int, d_ff: int, bias: bool = False) -> nn.Module:
-    """``"swiglu"`` → :class:`SwiGLU` (never biased); ``"gelu"`` or ``"relu"`` →
-    :class:`FeedForward` with that activation, biased when ``bias``."""
+    """``"swiglu"`` → :class:`SwiGLU` (never biased); ``"gelu"``, ``"relu"`` or ``"relu2"``
+    → :class:`FeedForward` with that activation, biased when ``bias``."""
     if variant == "swiglu":
         if bias:
             raise ValueError("bias=True goes with 'gelu' or 'relu': SwiGLU has no biases")
         return SwiGLU(d_model, d_ff)
-    if variant in ("gelu", "relu"):
+    if variant in ("gelu", "relu", "relu2"):
         return FeedForward(d_model, d_ff, activation=variant, bias=bias)
     raise ValueError(f"variant must be one of {FFN_VARIANTS}, got {variant!r}")
 
@@ -341,13 +355,13 @@ def ffn_params(
     d_model: int, d_ff: int, variant: str = "swiglu", bias: bool = False
 ) -> int:
     """Parameters of one FFN: 3·D·F for ``"swiglu"``; 2·D·F (+ F + D with biases)
-    for ``"gelu"`` and ``"relu"``. Equals ``sum(p.numel())`` of the module."""
+    for ``"gelu"``, ``"relu"`` and ``"relu2"``. Equals ``sum(p.numel())`` of the module."""
     _check_width(d_model, "d_model")
     _check_width(d_ff, "d_ff")
     if variant == "swiglu":
         if bias:
             raise ValueError("bias=True is not supported for variant 'swiglu'")
         return 3 * d_model * d_ff
-    if variant in ("gelu", "relu"):
+    if variant in ("gelu", "relu", "relu2"):
         return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
     raise ValueError(f"variant must be one of {FFN_VARIANTS}, got {variant!r}")

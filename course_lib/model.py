@@ -45,7 +45,9 @@ class DecoderLM(nn.Module):
     by default) for the token table, learned positions and every linear layer, σ/√(2N) for the
     residual output projections (``init.gpt2_init_``). With ``config.dropout`` = p > 0, training
     mode drops the blocks' input, attention's weights and each branch's output (probability p,
-    survivors scaled by 1/(1 − p)); eval mode never does.
+    survivors scaled by 1/(1 − p)); eval mode never does. ``config.zero_init_out`` starts
+    ``w_o`` and ``w_down`` at zero instead; ``config.logit_softcap`` c bounds the logits as
+    c·tanh(z/c).
     """
 
     def __init__(self, config: ModelConfig):
@@ -66,6 +68,11 @@ class DecoderLM(nn.Module):
         self.norm = build_norm(config) if config.placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         gpt2_init_(self, config.n_layers, std=config.init_std)
+        if config.zero_init_out:  # every block starts as the identity: x + 0 + 0
+            with torch.no_grad():
+                for block in self.blocks:
+                    block.attn.w_o.weight.zero_()
+                    block.ffn.w_down.weight.zero_()
         self.activation_checkpointing = False  # checkpointing.checkpoint_blocks turns it on (ch. 11)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight  # one (V, D) table for reading and writing tokens
@@ -80,6 +87,7 @@ class DecoderLM(nn.Module):
 
             x = E[ids] (+ P[positions])  →  x = block_ℓ(x), ℓ = 1 … N
                                          →  logits = Norm(x) W_headᵀ
+                                            (→ c·tanh(logits / c) with ``logit_softcap`` c)
 
         ``positions`` (T,): the tokens' absolute positions for the position encoding,
         increasing (Hugging Face's ``position_ids``); the default is 0 … T − 1. The causal
@@ -132,7 +140,10 @@ class DecoderLM(nn.Module):
                           implementation=implementation)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
-        return self.lm_head(apply_norm(self.norm, x, implementation))  # (B, T, V)
+        logits = self.lm_head(apply_norm(self.norm, x, implementation))  # (B, T, V)
+        if c.logit_softcap is not None:  # bounded by ±c, ≈ logits where |logits| ≪ c
+            logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)  # (B, T, V)
+        return logits
 
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""

@@ -54,6 +54,12 @@ def smoke_capped(config: TrainConfig) -> TrainConfig:
                           eval_interval=min(config.eval_interval, cap))
 
 
+def _check_optimizer_precision(optimizer: str, precision: str) -> None:
+    if optimizer == "muon" and precision == "float16":
+        raise ValueError("optimizer 'muon' runs in float32 or bfloat16, not with float16's gradient "
+                         "scaler: choose precision 'bfloat16' or 'float32'")
+
+
 def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                      config: TrainConfig, *, progress: bool = False) -> list[float]:
     """Train ``model`` for ``config.steps`` steps on batches ``x, y = next_batch()`` (B, T) — for data
@@ -69,6 +75,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
     optimizer = make_optimizer(model, c)
     device = next(model.parameters()).device
     precision = resolve_precision(c.precision, device)
+    _check_optimizer_precision(c.optimizer, precision)
     scaler = make_grad_scaler(precision, device)
     model.train()
     bar = progress_bar(c.steps) if progress else None
@@ -76,7 +83,8 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
     try:
         for step in range(c.steps):
             x, y = next_batch()  # (B, T) each
-            lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
+            lr = lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
+                       cooldown=c.cooldown)
             losses.append(train_step(model, optimizer, x, y, lr, c.grad_clip, grad_accum=c.grad_accum,
                                      precision=precision, scaler=scaler))
             if bar is not None:
@@ -134,6 +142,9 @@ class Trainer:
         if config.context > model_config.max_seq_len:
             raise ValueError(f"context ({config.context}) must not exceed the model's max_seq_len "
                              f"({model_config.max_seq_len})")
+        if config.evaluation_context > model_config.max_seq_len:
+            raise ValueError(f"eval_context ({config.evaluation_context}) must not exceed the model's "
+                             f"max_seq_len ({model_config.max_seq_len})")
         self.device = next(model.parameters()).device
         self.world = world if world is not None else World(0, 1, self.device)
         if config.batch_size % (self.world.size * config.grad_accum):
@@ -157,6 +168,7 @@ class Trainer:
                                  f"vocabulary (vocab_size {model_config.vocab_size})")
         self.optimizer = make_optimizer(model, config)
         self.precision = resolve_precision(config.precision, self.device)  # "auto" decided here
+        _check_optimizer_precision(config.optimizer, self.precision)
         self.scaler = make_grad_scaler(self.precision, self.device)  # float16 only
         self.skipped_steps: list[int] = []  # float16 steps the scaler skipped (overflow)
         self.generator = torch.Generator().manual_seed(config.seed + 1)  # the batches (CPU)
@@ -172,12 +184,13 @@ class Trainer:
 
     def lr(self, step: int) -> float:
         c = self.config
-        return lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps)
+        return lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
+                     cooldown=c.cooldown)
 
     def evaluate(self) -> float:
         """The validation loss now (nats per character, whole split)."""
-        return evaluate(self.model, self.val_data, self.config.context, self.config.eval_batch_size,
-                        self.precision)
+        return evaluate(self.model, self.val_data, self.config.evaluation_context,
+                        self.config.eval_batch_size, self.precision)
 
     def train(self, until: int | None = None,
               on_eval: Callable[[Trainer, dict], None] | None = None,

@@ -36,13 +36,20 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`, with the config's lr and betas.
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimiser of a run: AdamW over :func:`param_groups`, with the config's lr and betas; or,
+    with ``config.optimizer == "muon"``, Muon for the blocks' matrices and AdamW for the rest
+    (:func:`~course_lib.training.muon.make_muon_optimizer`, the update scaled to AdamW's RMS so
+    that one learning rate, one weight decay and one schedule serve both).
 
     The fused implementation updates every parameter in one kernel per group (CPU and CUDA, torch
     ≥ 2.4): on a 2-core CPU it takes 0.7 ms per step for chapter 12's small model where the
     multi-tensor (``foreach``) one takes 4 ms and the plain loop 4.5 ms — 5 % of a whole training
     step. Where fused is unavailable, ``foreach`` is used."""
+    if config.optimizer == "muon":
+        from .muon import make_muon_optimizer
+
+        return make_muon_optimizer(model, config.lr, config.lr, config.weight_decay, betas=config.betas)
     groups = param_groups(model, config.weight_decay)
     try:
         return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=True)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from .precision import PRECISIONS
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "OPTIMIZERS"]
+
+OPTIMIZERS = ("adamw", "muon")
 
 
 def _positive_int(name: str, value) -> int:
@@ -40,10 +42,14 @@ class TrainConfig:
 
     ``batch_size`` B windows of ``context`` T tokens per step, for ``steps`` steps. The learning rate
     warms up linearly over ``warmup_steps`` to ``lr``, then follows a cosine down to ``min_lr`` at
-    the last step (:func:`lr_at`). AdamW with ``betas`` and ``weight_decay`` on the matrices
-    (:func:`param_groups`); the gradient's global norm is clipped to ``grad_clip`` (None: no
-    clipping). The whole validation split is evaluated every ``eval_interval`` steps, after the last
-    step, and before the first when ``eval_at_start``, in batches of ``eval_batch_size`` windows.
+    the last step (:func:`lr_at`); with ``cooldown`` f it holds ``lr`` instead and falls linearly
+    to ``min_lr`` over the last f·``steps`` steps. ``optimizer``: ``"adamw"``, AdamW with ``betas``
+    and ``weight_decay`` on the matrices (:func:`param_groups`), or ``"muon"``, Muon for the blocks'
+    matrices and AdamW for the rest, one learning rate for both
+    (:func:`~course_lib.training.muon.make_muon_optimizer`); the gradient's global norm is clipped
+    to ``grad_clip`` (None: no clipping). The whole validation split is evaluated every
+    ``eval_interval`` steps, after the last step, and before the first when ``eval_at_start``, in
+    batches of ``eval_batch_size`` windows of ``eval_context`` tokens (None: ``context``).
     ``seed`` fixes the initial weights and the batches. ``grad_accum`` N splits each step's batch into
     N micro-batches of B / N windows whose gradients add up before the update: the step sees the same
     B windows and takes the same update (to float rounding), with the activations of B / N windows in
@@ -68,6 +74,9 @@ class TrainConfig:
     seed: int = 0
     grad_accum: int = 1
     precision: str = "auto"
+    optimizer: str = "adamw"
+    cooldown: float | None = None  # None: cosine decay; f: constant, then linear over the last f
+    eval_context: int | None = None  # None: the training context
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "context", "steps", "eval_interval", "eval_batch_size"):
@@ -94,12 +103,26 @@ class TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ValueError(f"grad_accum ({self.grad_accum}) must divide batch_size ({self.batch_size}): "
                              "every micro-batch holds the same number of windows")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.cooldown is not None:
+            _number("cooldown", self.cooldown, strict=True)
+            if self.cooldown > 1:
+                raise ValueError(f"cooldown ({self.cooldown}) must be in (0, 1]: the fraction of the "
+                                 f"steps over which the rate falls")
+        if self.eval_context is not None:
+            _positive_int("eval_context", self.eval_context)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     def replace(self, **changes) -> TrainConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def evaluation_context(self) -> int:
+        """The window length of an evaluation: ``eval_context``, or the training ``context``."""
+        return self.context if self.eval_context is None else self.eval_context
 
     @property
     def tokens_per_step(self) -> int:

@@ -1,0 +1,239 @@
+"""The speedrun's ingredients (chapter 13): ReLU², QK-norm, zero-initialised output projections,
+logit soft-capping, the linear cool-down, Muon as a run's optimiser, and evaluation at a context of
+its own. Each off by default; each checked against its formula, an independent reference where one
+exists (Hugging Face's Qwen3, whose attention normalises q and k per head before RoPE), and the
+properties the chapter states."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.attention import GroupedQueryAttention
+from course_lib.config import ModelConfig
+from course_lib.counting import count_params
+from course_lib.ffn import FeedForward, ffn_params, relu_squared
+from course_lib.kv_cache import KVCache
+from course_lib.model import DecoderLM, _hf_name
+from course_lib.positional import rope_cos_sin
+from course_lib.training import Trainer, TrainConfig, evaluate, get_preset, lr_at, make_optimizer
+from course_lib.training.muon import CombinedOptimizer
+
+SMALL = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+                    max_seq_len=64, tie_embeddings=True, init_std=0.1)
+
+
+# ------------------------------------------------------------------------------------------- ReLU²
+
+def test_relu_squared_is_relu_times_itself_and_the_module_agrees():
+    x = torch.randn(4, 7, 16, dtype=torch.float64)
+    assert torch.equal(relu_squared(x), F.relu(x) ** 2)
+    assert torch.equal(relu_squared(torch.tensor([-2.0, 0.0, 3.0])), torch.tensor([0.0, 0.0, 9.0]))
+    ffn = FeedForward(16, 48, activation="relu2").double()
+    explicit = relu_squared(x @ ffn.w_up.weight.T) @ ffn.w_down.weight.T
+    torch.testing.assert_close(ffn(x), explicit, rtol=1e-12, atol=1e-12)
+
+
+def test_relu2_model_counts_like_relu():
+    config = SMALL.replace(ffn="relu2")
+    model = DecoderLM(config)
+    assert count_params(config).total == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    assert ffn_params(32, 64, "relu2") == ffn_params(32, 64, "relu") == 2 * 32 * 64
+    assert count_params(config).total == count_params(SMALL.replace(ffn="relu")).total
+
+
+# ------------------------------------------------------------------------------------------ QK-norm
+
+def test_qk_norm_gives_every_query_and_key_rms_one_with_and_without_rope():
+    torch.manual_seed(0)
+    attn = GroupedQueryAttention(32, 4, 2, qk_norm=True)
+    x = torch.randn(2, 9, 32) * 5
+    cos, sin = rope_cos_sin(torch.arange(9), 8)
+    for tables in ((None, None), (cos, sin)):
+        q, k, v = attn.project_qkv(x, *tables)  # (B, H, T, D_h), (B, H_kv, T, D_h) ×2
+        for t in (q, k):
+            torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(t.shape[:-1]), rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(v.pow(2).mean(-1), torch.ones(v.shape[:-1]), atol=0.1)  # v untouched
+    plain = GroupedQueryAttention(32, 4, 2)
+    plain.load_state_dict(attn.state_dict())  # qk_norm adds no parameter
+    assert not torch.allclose(plain(x), attn(x))
+
+
+def test_qk_norm_bounds_every_score_by_sqrt_head_dim():
+    torch.manual_seed(1)
+    attn = GroupedQueryAttention(32, 4, 4, qk_norm=True)
+    q, k, _ = attn.project_qkv(torch.randn(1, 16, 32) * 100)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)  # (1, H, T, T)
+    assert scores.abs().max() <= math.sqrt(attn.head_dim) * (1 + 1e-5)
+
+
+def test_qk_norm_model_matches_hugging_face_qwen3():
+    """Qwen3 normalises each head's q and k (RMSNorm with a gain that starts at 1) before RoPE: with
+    those gains at 1 our qk_norm model must compute its logits."""
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.Qwen3Config(
+        vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, attention_bias=False, use_sliding_window=False)
+    torch.manual_seed(2)
+    hf = transformers.Qwen3ForCausalLM(hf_config).eval()
+    config = SMALL.replace(norm_eps=1e-6, qk_norm=True, init_std=0.02)
+    ours = DecoderLM(config).eval()
+    state, qkv = {}, {}
+    for name, tensor in hf.state_dict().items():
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            assert torch.equal(tensor, torch.ones_like(tensor))  # gains at 1: ours has none
+            continue
+        target = _hf_name(name)
+        if isinstance(target, tuple):
+            qkv.setdefault(target[0], {})[target[1]] = tensor
+        else:
+            state[target] = tensor
+    for target, parts in qkv.items():
+        state[target] = torch.cat([parts["q"], parts["k"], parts["v"]])
+    state.setdefault("lm_head.weight", state["embed.weight"])
+    ours.load_state_dict(state, strict=True)
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=1e-5, atol=1e-5)
+        plain = DecoderLM(config.replace(qk_norm=False)).eval()
+        plain.load_state_dict(state, strict=True)
+        assert not torch.allclose(plain(ids), hf(ids).logits, atol=1e-3)  # the test can tell
+
+
+def test_qk_norm_cached_decoding_equals_the_whole_sequence():
+    torch.manual_seed(4)
+    model = DecoderLM(SMALL.replace(qk_norm=True)).eval()
+    ids = torch.randint(0, 40, (2, 10))
+    c = model.config
+    cache = KVCache(n_layers=c.n_layers, batch=2, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_len=10)
+    with torch.no_grad():
+        whole = model(ids)
+        steps = torch.cat([model(ids[:, :6], cache=cache)] +
+                          [model(ids[:, t:t + 1], cache=cache) for t in range(6, 10)], dim=1)
+    torch.testing.assert_close(steps, whole, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- zero-initialised outputs
+
+def test_zero_init_out_starts_every_block_as_the_identity_and_still_learns():
+    torch.manual_seed(5)
+    model = DecoderLM(SMALL.replace(zero_init_out=True))
+    for block in model.blocks:
+        assert not block.attn.w_o.weight.any() and not block.ffn.w_down.weight.any()
+        assert block.attn.w_qkv.weight.std() > 0.05  # the others keep σ
+    ids = torch.randint(0, 40, (2, 8))
+    x = model.embed(ids)
+    torch.testing.assert_close(model(ids), model.lm_head(model.norm(x)))  # blocks add nothing yet
+    F.cross_entropy(model(ids).flatten(0, 1), ids.roll(-1, 1).flatten()).backward()
+    for block in model.blocks:  # the zero matrices still receive gradient
+        assert block.attn.w_o.weight.grad.abs().sum() > 0 and block.ffn.w_down.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------- logit soft-capping
+
+def test_logit_softcap_is_c_tanh_of_the_uncapped_logits_and_bounded():
+    torch.manual_seed(6)
+    capped = DecoderLM(SMALL.replace(logit_softcap=2.0, init_std=0.5))
+    plain = DecoderLM(SMALL.replace(init_std=0.5))
+    plain.load_state_dict(capped.state_dict())  # no parameter of its own
+    ids = torch.randint(0, 40, (2, 8))
+    with torch.no_grad():
+        z, capped_z = plain(ids), capped(ids)
+    assert z.abs().max() > 2.0  # the cap has something to bound
+    torch.testing.assert_close(capped_z, 2.0 * torch.tanh(z / 2.0))
+    assert capped_z.abs().max() < 2.0
+
+
+@pytest.mark.parametrize("bad, error", [(0.0, ValueError), (-1.0, ValueError), (math.inf, ValueError),
+                                        (True, TypeError), ("30", TypeError)])
+def test_logit_softcap_refuses_bad_values_naming_the_field(bad, error):
+    with pytest.raises(error, match="logit_softcap"):
+        SMALL.replace(logit_softcap=bad)
+
+
+@pytest.mark.parametrize("field", ["qk_norm", "zero_init_out"])
+def test_flags_must_be_booleans(field):
+    with pytest.raises(TypeError, match=field):
+        SMALL.replace(**{field: 1})
+
+
+# ------------------------------------------------------------------------------ linear cool-down
+
+def test_linear_cooldown_holds_the_rate_then_falls_linearly_to_min_lr():
+    kw = dict(lr=1.0, min_lr=0.1, warmup_steps=10, total_steps=100)
+    rates = [lr_at(s, cooldown=0.4, **kw) for s in range(101)]
+    assert rates[:10] == [lr_at(s, **kw) for s in range(10)]  # the same warmup
+    assert all(r == 1.0 for r in rates[10:60])  # stable until S − C = 60
+    assert rates[100] == pytest.approx(0.1) and rates[80] == pytest.approx(0.55)
+    steps = [rates[s] - rates[s + 1] for s in range(60, 100)]
+    assert all(d == pytest.approx(0.9 / 40) for d in steps)  # one slope
+    # cool-down over everything after warmup: starts at the warmup's end
+    assert lr_at(10, cooldown=1.0, **kw) == 1.0 and lr_at(55, cooldown=1.0, **kw) == pytest.approx(0.55)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, math.nan])
+def test_cooldown_must_be_a_fraction(bad):
+    with pytest.raises(ValueError, match="cooldown"):
+        TrainConfig(cooldown=bad)
+
+
+# ------------------------------------------------------------------------- Muon as the optimiser
+
+def test_muon_run_trains_and_resumes_exactly(tmp_path):
+    model_config, run = get_preset("tiny")
+    run = run.replace(optimizer="muon", steps=12, eval_interval=6, cooldown=0.5)
+    data = torch.randint(0, 65, (5000,), generator=torch.Generator().manual_seed(0))
+    whole = Trainer(_seeded(model_config), data[:4000], data[4000:], run, progress=False)
+    assert isinstance(whole.optimizer, CombinedOptimizer)
+    whole.train()
+    assert whole.step_losses[-1] < whole.step_losses[0]
+    a = Trainer(_seeded(model_config), data[:4000], data[4000:], run, progress=False)
+    a.train(until=6)
+    a.save(tmp_path / "ckpt.pt")
+    b = Trainer.from_checkpoint(tmp_path / "ckpt.pt", _seeded(model_config, 999), data[:4000], data[4000:], run,
+                                progress=False)
+    b.train()
+    assert len(b.step_losses) == 12 and b.step_losses == whole.step_losses  # momentum restored too
+
+
+def _seeded(config, seed=7):
+    torch.manual_seed(seed)
+    return DecoderLM(config)
+
+
+def test_make_optimizer_gives_muon_the_block_matrices_only():
+    model = DecoderLM(SMALL)
+    opt = make_optimizer(model, TrainConfig(optimizer="muon"))
+    muon_params = {id(p) for g in opt.optimizers["muon"].param_groups for p in g["params"]}
+    blocks = {id(m.weight) for m in model.blocks.modules() if isinstance(m, torch.nn.Linear)}
+    assert muon_params == blocks
+    assert id(model.embed.weight) not in muon_params
+
+
+def test_optimizer_is_validated_and_muon_refuses_float16():
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(optimizer="sgd")
+    model_config, run = get_preset("tiny")
+    data = torch.randint(0, 65, (3000,))
+    with pytest.raises(ValueError, match="muon.*float16|float16.*muon"):
+        Trainer(DecoderLM(model_config), data, data, run.replace(optimizer="muon", precision="float16"),
+                progress=False)
+
+
+# ------------------------------------------------------------------------ evaluation's own context
+
+def test_eval_context_sets_the_evaluation_windows():
+    model_config, run = get_preset("tiny")
+    data = torch.randint(0, 65, (4000,), generator=torch.Generator().manual_seed(1))
+    model = _seeded(model_config)
+    trainer = Trainer(model, data, data[:1000], run.replace(eval_context=16), progress=False)
+    assert trainer.evaluate() == evaluate(model, data[:1000], 16, run.eval_batch_size)
+    assert trainer.evaluate() != evaluate(model, data[:1000], 32, run.eval_batch_size)
+    with pytest.raises(ValueError, match="eval_context"):
+        Trainer(model, data, data, run.replace(eval_context=64), progress=False)
+    with pytest.raises(ValueError, match="eval_context"):
+        TrainConfig(eval_context=0)
