@@ -57,7 +57,10 @@ def parser() -> argparse.ArgumentParser:
 def _listing() -> str:
     lines = []
     for name, grid in GRIDS.items():
-        budget = f"{grid.seconds:g} s each" if grid.seconds else f"{grid.rows[0].train.steps} steps"
+        if grid.budget_row is not None:
+            budget = f"the time of row {grid.budget_row!r}"
+        else:
+            budget = f"{grid.seconds:g} s each" if grid.seconds else f"{grid.rows[0].train.steps} steps"
         lines.append(f"{name:18} {len(grid.rows)} rows × {len(grid.seeds)} seeds, {budget}: "
                      f"{grid.description}")
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 A :class:`Grid` is the unit the runner works on and the book reads: ``rows × seeds`` training runs
 of the character model on Tiny Shakespeare, under a budget of steps (each row's
 ``TrainConfig.steps``) or of wall-clock seconds (``seconds``: each run's step count is calibrated
-so that training takes about that long, so rows are compared at equal time rather than equal work).
+so that training takes about that long, so rows are compared at equal time rather than equal work),
+or of another row's time (``budget_row``: each run takes as long as that row's steps take, the two
+timed side by side in the same process, so that the budget follows the machine's speed).
 Seed ``s`` replaces the row's ``TrainConfig.seed``: it fixes the initial weights and the order of
 the batches, so two rows run with the same seed see the same text in the same order and can be
 compared seed by seed (:func:`~course_lib.experiments.stats.paired_difference`).
@@ -75,6 +77,11 @@ class Grid:
     measurements on each trained model. ``record_steps``: keep every step's training loss and
     gradient norm (for learning-rate sweeps and divergence), not only the evaluations. ``threads``:
     torch threads per run; runs go in parallel processes, as many as the cores allow at this count.
+    ``budget_row``: the label of the row whose training time is every run's budget. Each run times
+    its row's step and that row's step, interleaved (``calibration_steps`` each, the median of the
+    second half), trains ``round(steps_ref · t_ref / t_row)`` steps with its schedule laid over
+    them, and evaluates ``evaluations`` times along the way; the budget row itself trains its own
+    steps. Budgets as ratios of times taken together hold on a machine whose speed drifts.
     """
 
     name: str
@@ -86,6 +93,8 @@ class Grid:
     record_steps: bool = False
     threads: int = 1
     calibration_steps: int = field(default=30, repr=False)
+    budget_row: str | None = None
+    evaluations: int = 20
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -98,6 +107,12 @@ class Grid:
             raise ValueError(f"grid {self.name!r}: seeds {self.seeds} must be distinct non-negative ints")
         if self.seconds is not None and not self.seconds > 0:
             raise ValueError(f"grid {self.name!r}: seconds ({self.seconds}) must be positive")
+        if self.budget_row is not None:
+            if self.seconds is not None:
+                raise ValueError(f"grid {self.name!r}: give seconds or budget_row, not both")
+            self.row(self.budget_row)  # raises, naming the rows, when there is no such row
+        if isinstance(self.evaluations, bool) or not isinstance(self.evaluations, int) or self.evaluations < 1:
+            raise ValueError(f"grid {self.name!r}: evaluations ({self.evaluations}) must be a positive int")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"grid {self.name!r}: threads ({self.threads}) must be a positive int")
 

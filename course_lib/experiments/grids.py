@@ -11,7 +11,7 @@ regenerates in under an hour on 2 cores.
 from __future__ import annotations
 
 from ..config import ModelConfig
-from ..training import TrainConfig
+from ..training import TrainConfig, get_preset
 from .grid import Grid, Probe, Row
 
 __all__ = ["GRIDS", "get_grid"]
@@ -45,6 +45,41 @@ OVERFIT = MODERN
 OVERFIT_RUN = RUN.replace(eval_interval=100)
 OVERFIT_CHARS = 50_000
 
+
+def _speedrun_rows() -> tuple[Row, ...]:
+    """Chapter 13's rows: nanoGPT's CPU recipe, then one change per row, each row keeping every
+    change above it. The order: first the block (norm, biases, positions, FFN: the modern block at
+    the recipe's width), then how it starts and is trained (initial scale, learning rate, cool-down,
+    optimiser), then the speedrun's additions to the block, then the shape. Every run is evaluated
+    on the whole validation split in windows of 64 characters, the recipe's context."""
+    model, run = get_preset("nanogpt-cpu")
+    run = run.replace(eval_context=64, eval_at_start=False, eval_batch_size=64, precision="float32")
+    steps = [("recipe", model, run)]
+
+    def then(label: str, model_changes: dict | None = None, run_changes: dict | None = None) -> None:
+        _, last_model, last_run = steps[-1]
+        steps.append((label, last_model.replace(**(model_changes or {})),
+                      last_run.replace(**(run_changes or {}))))
+
+    then("rmsnorm", {"norm": "rms"})
+    then("no-biases", {"bias": False})
+    then("rope", {"positional": "rope"})
+    then("swiglu", {"ffn": "swiglu", "d_ff": 344})  # 3·128·344 ≈ 2·128·512: the same parameters
+    then("sigma=1-sqrtD", {"init_std": 128 ** -0.5})
+    then("lr=3e-3", run_changes={"lr": 3e-3, "min_lr": 3e-4})
+    then("linear-cooldown", run_changes={"cooldown": 0.5})
+    then("muon", run_changes={"optimizer": "muon"})
+    then("qk-norm", {"qk_norm": True})
+    then("zero-init", {"zero_init_out": True})
+    then("untied-head", {"tie_embeddings": False})
+    then("softcap=15", {"logit_softcap": 15.0})
+    then("gqa", {"n_kv_heads": 2})
+    then("relu2", {"ffn": "relu2", "d_ff": 512})  # 2·128·512: the same parameters as SwiGLU's 344
+    return tuple(Row(label, m, r) for label, m, r in steps)
+
+
+SPEEDRUN_ROWS = _speedrun_rows()
+
 GRIDS: dict[str, Grid] = {grid.name: grid for grid in (
     Grid("arch", "the modern block against GPT-2's at equal parameters and equal steps",
          rows=(Row("modern", MODERN, RUN), Row("GPT-2", GPT2, RUN)), seeds=(0, 1, 2, 3, 4)),
@@ -72,6 +107,8 @@ GRIDS: dict[str, Grid] = {grid.name: grid for grid in (
                Row("dropout=0.2", OVERFIT.replace(dropout=0.2), OVERFIT_RUN, OVERFIT_CHARS),
                Row("weight-decay=1", OVERFIT, OVERFIT_RUN.replace(weight_decay=1.0), OVERFIT_CHARS)),
          seeds=(0, 1, 2)),
+    Grid("speedrun", "nanoGPT's CPU recipe, then one change per row, each in the recipe's own time",
+         rows=SPEEDRUN_ROWS, seeds=(0, 1, 2), budget_row="recipe", evaluations=10),
 )}
 
 

@@ -26,7 +26,7 @@ from .grid import Grid, Row
 from .probes import PROBES
 from .provenance import provenance
 
-__all__ = ["run_one", "calibrated_steps", "finite_or_none"]
+__all__ = ["run_one", "calibrated_steps", "interleaved_step_seconds", "finite_or_none"]
 
 
 def finite_or_none(value):
@@ -55,6 +55,43 @@ def calibrated_steps(row: Row, corpus: CharData, seconds: float, calibration_ste
         times.append(time.perf_counter() - tick)
     step_seconds = statistics.median(times[len(times) // 2:])
     return max(2, round(seconds / step_seconds))
+
+
+def interleaved_step_seconds(rows: tuple[Row, ...], corpus: CharData, calibration_steps: int = 30
+                             ) -> list[float]:
+    """Seconds per training step of each row, timed side by side: one step of each row in turn,
+    ``calibration_steps`` rounds, on throwaway models; each row's median over the second half of
+    the rounds (after warm-up). Interleaving puts any drift in the machine's speed on every row
+    alike, so that their ratios hold where the absolute times do not."""
+    runs = []
+    for row in rows:
+        model = build_model(row.model, seed=12345)
+        runs.append((row, model, make_optimizer(model, row.train), torch.Generator().manual_seed(12345)))
+    times: list[list[float]] = [[] for _ in rows]
+    for _ in range(calibration_steps):
+        for k, (row, model, optimizer, generator) in enumerate(runs):
+            x, y = get_batch(corpus.train, row.train.batch_size, row.train.context, generator)
+            tick = time.perf_counter()
+            train_step(model, optimizer, x, y, row.train.lr * 0.1, row.train.grad_clip).item()
+            times[k].append(time.perf_counter() - tick)
+    return [statistics.median(t[len(t) // 2:]) for t in times]
+
+
+def _budget_steps(grid: Grid, row: Row, config: TrainConfig, corpus: CharData) -> tuple[TrainConfig, dict]:
+    """The config of a run under ``grid.budget_row``'s time, and what the budget was made of."""
+    reference = grid.row(grid.budget_row)
+    if row.label == reference.label:
+        step_seconds = ref_seconds = interleaved_step_seconds((row,), corpus, grid.calibration_steps)[0]
+        steps = row.train.steps
+    else:
+        step_seconds, ref_seconds = interleaved_step_seconds((row, reference), corpus, grid.calibration_steps)
+        steps = max(2, round(reference.train.steps * ref_seconds / step_seconds))
+    config = config.replace(steps=steps, warmup_steps=min(config.warmup_steps, steps // 2),
+                            eval_interval=max(1, steps // grid.evaluations))
+    budget = {"row": reference.label, "reference_steps": reference.train.steps,
+              "reference_step_seconds": ref_seconds, "step_seconds": step_seconds,
+              "fraction_per_step": step_seconds / (reference.train.steps * ref_seconds)}
+    return config, budget
 
 
 def _training_seconds(history: list[dict], tokens_per_step: int) -> list[float]:
@@ -89,8 +126,11 @@ def _run(grid, row, seed, command, code, corpus, train_config, until) -> dict:
     corpus = corpus or load_char_data()
     train_data = corpus.train if row.train_chars is None else corpus.train[:row.train_chars]
     config: TrainConfig = row.train.replace(seed=seed)
+    budget = None
     if train_config is not None:
         config = train_config
+    elif grid.budget_row is not None:
+        config, budget = _budget_steps(grid, row, config, corpus)
     elif grid.seconds is not None:
         steps = calibrated_steps(row, corpus, grid.seconds, grid.calibration_steps)
         config = config.replace(steps=steps, warmup_steps=min(config.warmup_steps, steps // 2),
@@ -115,6 +155,8 @@ def _run(grid, row, seed, command, code, corpus, train_config, until) -> dict:
         "history": [dict(entry, train_seconds=t) for entry, t in
                     zip(history, _training_seconds(history, trainer.config.tokens_per_step))],
     }
+    if budget is not None:
+        record["budget"] = budget
     if grid.record_steps:
         record["step_losses"] = [round(v, 5) if math.isfinite(v) else v for v in trainer.step_losses]
         record["grad_norms"] = [round(v, 5) if math.isfinite(v) else v for v in trainer.grad_norms]

@@ -46,7 +46,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 def spec(grid: Grid, row: Row) -> dict:
     """What defines a run apart from its seed, as plain JSON values: a record made from another
     spec is stale."""
-    return json.loads(json.dumps({
+    out = {
         "model_config": dataclasses.asdict(row.model),
         "train_config": {k: v for k, v in dataclasses.asdict(row.train).items() if k != "seed"},
         "train_chars": row.train_chars,
@@ -54,7 +54,13 @@ def spec(grid: Grid, row: Row) -> dict:
         "probes": [[p.name, dict(p.options)] for p in grid.probes],
         "record_steps": grid.record_steps,
         "threads": grid.threads,
-    }))
+    }
+    if grid.budget_row is not None:  # only then: the records of other grids stay valid
+        reference = grid.row(grid.budget_row)
+        out["budget"] = {"row": reference.label, "model_config": dataclasses.asdict(reference.model),
+                         "train_config": dataclasses.asdict(reference.train),
+                         "evaluations": grid.evaluations}
+    return json.loads(json.dumps(out))
 
 
 def _without_defaults(values: dict, cls) -> dict:
