@@ -1,5 +1,5 @@
 """Checkers called by the exercises' hidden tests, one module per chapter (chapter 12's in two: ``training``
-and ``experiments``).
+and ``experiments``; chapter 13's is ``speedrun``).
 
 Each ``check_<task>(student_function)`` returns None when the function agrees with the reference on
 many random and edge cases, and otherwise raises ``AssertionError`` (a :class:`GradingError`) whose
@@ -34,6 +34,8 @@ from .positional import (check_apply_rope, check_position_predictions, check_sin
                          check_sinusoidal_shift_matrix)
 from .residual import (check_deep_norm_residual, check_pre_norm_residual_backward, check_residual_predictions,
                        check_residual_scaled_init)
+from .speedrun import (check_lr_wsd, check_muon_step, check_newton_schulz, check_qk_norm_attention, check_softcap,
+                       check_speedrun_predictions)
 from .training import (check_evaluate_loss, check_learning_rate, check_sampling_probs, check_train_step,
                        check_training_predictions)
 
@@ -55,6 +57,8 @@ __all__ = ["GradingError", "self_check", "check_entropy", "check_info_prediction
            "check_kv_predictions", "check_kv_cache_bytes", "check_attend_with_cache", "check_kv_cache_class",
            "check_attend_with_window",
            "check_train_step", "check_learning_rate", "check_sampling_probs", "check_evaluate_loss",
-           "check_training_predictions", "check_paired_interval", "check_ablated_loss"]
+           "check_training_predictions", "check_paired_interval", "check_ablated_loss",
+           "check_newton_schulz", "check_muon_step", "check_qk_norm_attention", "check_softcap", "check_lr_wsd",
+           "check_speedrun_predictions"]
 
 _display.install()
