@@ -4,6 +4,7 @@ code: its LayerNorms run PyTorch's fused kernel, as nanoGPT's do."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import mmap
 import pathlib
 import platform
@@ -111,3 +112,54 @@ def test_a_pinned_heap_gives_the_training_step_warm_memory():
                             text=True, timeout=300, check=True)
     faults = [float(word) for word in result.stdout.split()]
     assert statistics.median(faults) < 100, faults
+
+
+# --- benchmarks/speedrun.py: pairs in turn, ratios, targets, one-line errors ---------------------------
+
+SPEEDRUN = SCRIPT.with_name("speedrun.py")
+
+
+def load_speedrun():
+    spec = importlib.util.spec_from_file_location("speedrun", SPEEDRUN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("preset_seconds, preset_loss, status", [(30.0, 1.80, 0), (40.0, 1.80, 1), (30.0, 1.95, 1)])
+def test_speedrun_pairs_alternate_and_judge_both_targets(monkeypatch, capsys, tmp_path,
+                                                         preset_seconds, preset_loss, status):
+    speedrun = load_speedrun()
+    calls = []
+    monkeypatch.setattr(speedrun, "run_recipe", lambda: calls.append("recipe") or (200.0, 1.90))
+    monkeypatch.setattr(speedrun, "run_preset", lambda: calls.append("preset") or (preset_seconds, preset_loss))
+    out = tmp_path / "speedrun.json"
+    assert speedrun.main(["--pairs", "3", "--json", str(out)]) == status
+    assert calls == ["recipe", "preset", "preset", "recipe", "recipe", "preset"]  # the order alternates
+    summary = json.loads(out.read_text())
+    assert summary["median_ratio"] == pytest.approx(preset_seconds / 200.0)
+    assert summary["speed_met"] == (preset_seconds / 200.0 <= 1 / 6)
+    assert summary["loss_met"] == (preset_loss <= 1.90)
+    assert summary["machine"]["cores"] and summary["date"]
+    assert "ratio" in capsys.readouterr().out
+
+
+def test_speedrun_refuses_fewer_than_three_pairs_and_reports_a_failed_run_in_one_line(monkeypatch, capsys):
+    speedrun = load_speedrun()
+    with pytest.raises(SystemExit):
+        speedrun.main(["--pairs", "2"])
+    assert "at least 3" in capsys.readouterr().err
+
+    def broken():
+        raise RuntimeError("benchmarks/nanogpt_recipe.py failed: out of memory")
+
+    monkeypatch.setattr(speedrun, "run_recipe", broken)
+    assert speedrun.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "out of memory" in err and "Traceback" not in err
+
+
+def test_speedrun_reads_the_recipes_whole_split_loss():
+    speedrun = load_speedrun()
+    line = "validation loss over the whole split (windows of 64): 1.9089 nats/char"
+    assert float(speedrun.RECIPE_LOSS.search(f"done: 2000 steps\n{line}\n").group(1)) == 1.9089

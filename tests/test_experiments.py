@@ -4,6 +4,7 @@ interrupted grid, the command line's one-line errors, and the committed grids ag
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -15,12 +16,12 @@ import pytest
 import torch
 
 from course_lib.config import ModelConfig
-from course_lib.experiments import (GRIDS, Grid, Probe, Row, get_grid, interpolate_at, load_records, load_results,
-                                    paired_difference, record_path, run_grid, run_one, summarize, summarize_grid,
-                                    t_quantile)
+from course_lib.experiments import (GRIDS, IN_PROGRESS, Grid, Probe, Row, get_grid, interpolate_at,
+                                    load_records, load_results, paired_difference, record_path, run_grid,
+                                    run_one, summarize, summarize_grid, t_quantile)
 from course_lib.experiments import __main__ as cli
 from course_lib.experiments import runner as runner_module
-from course_lib.training import TrainConfig
+from course_lib.training import TrainConfig, get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a run executes: the model, the data, the training loop and the runner (a record whose
@@ -106,7 +107,8 @@ def test_grids_refuse_bad_definitions():
 
 
 def test_the_course_grids_are_well_formed():
-    for name, grid in GRIDS.items():
+    assert not set(GRIDS) & set(IN_PROGRESS), "a grid is either done or in progress"
+    for name, grid in {**GRIDS, **IN_PROGRESS}.items():
         assert grid.name == name and get_grid(name) is grid
         assert len(grid.seeds) >= 3, f"{name}: at least three seeds"
         assert all(grid.row(r.label) is r for r in grid.rows)
@@ -195,6 +197,20 @@ def test_a_budget_row_sets_every_runs_steps_by_the_ratio_of_step_times():
         grid.replace(budget_row="missing")
     with pytest.raises(ValueError, match="seconds or budget_row"):
         grid.replace(seconds=5.0)
+
+
+def test_the_speedrun_rows_change_one_thing_each():
+    """Each row of the speedrun grid differs from the row above it in the one thing its label names
+    (SwiGLU and ReLU² change d_ff with the activation, to keep the parameters)."""
+    rows = IN_PROGRESS["speedrun"].rows
+    assert rows[0].label == "recipe" and (rows[0].model, rows[0].train.replace(
+        eval_context=None, eval_at_start=True, eval_batch_size=64, precision="auto")) == (
+        get_preset("nanogpt-cpu")[0], get_preset("nanogpt-cpu")[1].replace(eval_batch_size=64))
+    for above, row in zip(rows, rows[1:]):
+        model = {k for k, v in dataclasses.asdict(row.model).items() if getattr(above.model, k) != v}
+        train = {k for k, v in dataclasses.asdict(row.train).items() if getattr(above.train, k) != v}
+        changed = model | train
+        assert len(changed - {"d_ff", "min_lr"}) == 1, f"{row.label}: changes {sorted(changed)}"
 
 
 def test_a_probe_is_recorded():

@@ -305,3 +305,27 @@ def test_combined_optimizer_refuses_shared_parameters():
         CombinedOptimizer(muon=Muon([W], lr=0.01), adamw=torch.optim.AdamW([W]))
     with pytest.raises(TypeError, match="adamw"):
         CombinedOptimizer(adamw="AdamW")
+
+
+def test_step_batches_matrices_by_shape_and_matches_one_matrix_at_a_time():
+    """Muon.step stacks the matrices of one shape (whole, or blocks of a fused q, k, v) into one
+    batched iteration; each update must still be muon_update of that matrix alone."""
+    torch.manual_seed(11)
+    shapes = [(24, 16), (24, 16), (16, 24), (40, 16)]
+    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    reference = [p.detach().clone() for p in params]
+    groups = [{"params": params[:3]}, {"params": params[3:], "row_splits": (24, 8, 8)}]
+    opt = Muon(groups, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)
+    momenta = [torch.zeros(s) for s in shapes]
+    for _ in range(3):
+        grads = [torch.randn(s) for s in shapes]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        for i, g in enumerate(grads):
+            momenta[i].lerp_(g, 1 - 0.9)
+            d = g.lerp(momenta[i], 0.9)
+            splits = (24, 8, 8) if i == 3 else None
+            reference[i] = reference[i] * (1 - 0.05 * 0.1) - 0.05 * muon_update(d, row_splits=splits)
+    for p, expected in zip(params, reference):
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)

@@ -19,10 +19,10 @@ is installed (as with the corpus). :func:`load_results` reads one grid's summary
 """
 
 from .grid import Grid, Probe, Row
-from .grids import GRIDS, get_grid
+from .grids import GRIDS, IN_PROGRESS, get_grid
 from .run import run_one
 from .runner import RESULTS, load_records, load_results, record_path, run_grid, summarize_grid
 from .stats import interpolate_at, paired_difference, summarize, t_quantile
 
-__all__ = ["Grid", "Row", "Probe", "GRIDS", "get_grid", "run_one", "run_grid", "summarize_grid",
+__all__ = ["Grid", "Row", "Probe", "GRIDS", "IN_PROGRESS", "get_grid", "run_one", "run_grid", "summarize_grid",
            "load_records", "load_results", "RESULTS", "record_path", "summarize", "paired_difference", "interpolate_at", "t_quantile"]

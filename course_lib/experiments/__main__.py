@@ -16,7 +16,7 @@ import argparse
 import shlex
 import sys
 
-from .grids import GRIDS, get_grid
+from .grids import GRIDS, IN_PROGRESS, get_grid
 from .runner import default_workers, run_grid
 
 PROG = "python -m course_lib.experiments"
@@ -56,13 +56,13 @@ def parser() -> argparse.ArgumentParser:
 
 def _listing() -> str:
     lines = []
-    for name, grid in GRIDS.items():
+    for name, grid in {**GRIDS, **IN_PROGRESS}.items():
         if grid.budget_row is not None:
             budget = f"the time of row {grid.budget_row!r}"
         else:
             budget = f"{grid.seconds:g} s each" if grid.seconds else f"{grid.rows[0].train.steps} steps"
         lines.append(f"{name:18} {len(grid.rows)} rows × {len(grid.seeds)} seeds, {budget}: "
-                     f"{grid.description}")
+                     f"{grid.description}" + (" (results in progress)" if name in IN_PROGRESS else ""))
     return "\n".join(lines)
 
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.name is None:
-            raise ValueError(f"name a grid to run; one of {sorted(GRIDS)} (--list describes them)")
+            known = sorted(GRIDS) + sorted(IN_PROGRESS)
+            raise ValueError(f"name a grid to run; one of {known} (--list describes them)")
         grid = get_grid(args.name)
         command = [*PROG.split(), *argv]
         print(f"{grid.name}: {len(grid.runs())} runs, {args.workers or default_workers(grid)} at a time, "
