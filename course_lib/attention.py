@@ -422,10 +422,10 @@ class GroupedQueryAttention(nn.Module):
     the projection, with the half-split pairing of Hugging Face checkpoints. ``dropout``
     p: in training mode each attention weight is zeroed with probability p after the
     softmax (the others scaled by 1/(1 − p)); in eval mode, or with p = 0 (the default),
-    none is. ``qk_norm``: each query and key vector is RMS-normalised over its D_h features
-    (no gain, ε = ``norm_eps``) before RoPE (Dehghani et al., 2023): every |q|, |k| is then
-    √D_h and a score q·k/√D_h lies in [−√D_h, √D_h]. RoPE's rotation keeps a vector's
-    length, so normalising before or after it gives the same q and k.
+    none is. ``qk_norm``: each query and key vector is RMS-normalised over its D_h
+    features (no gain, ε = ``norm_eps``) before RoPE (Dehghani et al., 2023): every
+    |q|, |k| is then √D_h and a score q·k/√D_h lies in [−√D_h, √D_h]. RoPE's rotation
+    keeps a vector's length, so normalising before or after it gives the same q and k.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int,

@@ -143,7 +143,8 @@ class FeedForward(nn.Module):
     """FFN(x) = act(x W_up + b_up) W_down + b_down, at every position on its own
     (Vaswani et al., 2017, §3.3: ReLU and F = 4D; GPT-2 uses GELU).
 
-    ``activation`` is ``"relu"``, ``"relu2"`` (ReLU²), ``"gelu"`` (exact) or ``"gelu_tanh"``.
+    ``activation`` is ``"relu"``, ``"relu2"`` (ReLU²), ``"gelu"`` (exact) or
+    ``"gelu_tanh"``.
     Parameters: 2·D·F, plus F + D with ``bias=True``.
     """
 
