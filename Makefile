@@ -49,7 +49,7 @@ test: install
 # checks notebooks, runs nbgrader, builds the book or drives a browser; the command line and the
 # benchmark scripts run end to end; the experiment grids reproduced and every mistake catalogue graded.
 FAST_SKIP := exercises mistake_catalogue book site_browser colab readers notebooks notebook_helpers \
-             objectives experiments benchmarks cli
+             objectives experiments benchmarks cli gpu_check
 FAST      := -q -p no:cacheprovider $(FAST_SKIP:%=--ignore=tests/test_%.py)
 test-fast: install
 	@log=$$(mktemp); \

@@ -1,7 +1,9 @@
 """Benchmark course_lib's decoder block and KV cache on this machine, against Hugging Face.
 
-    python benchmarks/benchmark.py            # about a minute on a 2-core CPU
-    python benchmarks/benchmark.py --quick    # fewer repeats, no Hugging Face generation
+    python benchmarks/benchmark.py                  # about a minute on a 2-core CPU
+    python benchmarks/benchmark.py --quick          # fewer repeats, no Hugging Face generation
+    python benchmarks/benchmark.py --device cuda    # the same comparisons on a GPU
+    python benchmarks/benchmark.py --smoke          # tiny shapes, one round: checks that it runs
 
 Every number comes from this run, on this machine:
 
@@ -44,6 +46,15 @@ any. That history, not the model, moved the ratio by several percent. Pinning th
 (``mallopt``: blocks up to 32 MiB come from the heap, which is never trimmed) gives every step warm
 memory whatever ran before it; the training section prints the page faults per step that remain.
 
+On a GPU (``--device cuda``) the same comparisons run on the device, in float32 (TF32 off, torch's
+default): each call is timed between two ``torch.cuda.synchronize()``, so that a time covers the
+kernels it launched, not only their launch. What only a CPU has is left out there: the heap is not
+pinned, the torch thread count is left alone, and no profile shares or page faults are taken (the
+profiler's CPU shares would describe launches, not the work). ``--smoke`` swaps every shape for a
+tiny one and runs one round of each: seconds anywhere, numbers that mean nothing, for checking the
+plumbing (``benchmarks/gpu_check.py --dry-run``). ``--json FILE`` also writes the measurements and
+the targets, met or missed, to FILE (whole or not at all).
+
 Targets (issue 6): fast path at least as fast as Hugging Face (ratio ≥ 1.0); fast path ≥ 85 % of
 the matmul FLOP/s; explicit path within 1.5× of the fast path; preallocated cache ≥ 6× faster
 than no cache, with identical tokens. Issue 12: training tokens per second at least Hugging Face's,
@@ -51,8 +62,8 @@ for both pairs (ratio ≥ 1.0). Each is reported as met or missed, with the meas
 that explain a miss.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated (no `from __future__ import annotations`): the tests import this script
+# from its file without registering it in sys.modules, where dataclasses look string annotations up.
 import argparse
 import ctypes
 import os
@@ -60,8 +71,10 @@ import platform
 import random
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +82,7 @@ from torch.profiler import profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import counting
+from course_lib._io import write_json
 from course_lib.block import TransformerBlock
 from course_lib.config import ModelConfig
 from course_lib.model import DecoderLM
@@ -94,13 +108,50 @@ TARGET_DECODE_SPEEDUP = 6.0
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """Every shape the benchmark uses: the block (``block``, ``block_t`` positions) and the square
+    matrix product beside it (``matmul_n``), the decoding model (``decode``, ``prompt`` then
+    ``new_tokens`` tokens), and the training pair (``train``, ``train_batch`` × ``train_t``, FFN
+    width ``gpt2_d_ff`` for GPT-2 and ``modern_d_ff`` for SwiGLU). The defaults are the measured
+    ones; :data:`SMOKE` is tiny."""
+
+    block: dict = field(default_factory=lambda: dict(BLOCK))
+    block_t: int = BLOCK_T
+    matmul_n: int = 2048
+    decode: dict = field(default_factory=lambda: dict(DECODE))
+    prompt: int = PROMPT
+    new_tokens: int = NEW_TOKENS
+    train: dict = field(default_factory=lambda: dict(TRAIN))
+    train_batch: int = TRAIN_BATCH
+    train_t: int = TRAIN_T
+    gpt2_d_ff: int = GPT2_VARIANT["d_ff"]
+    modern_d_ff: int = MODERN_D_FF
+
+
+SMOKE = Sizes(block=dict(d_model=64, n_heads=4, n_kv_heads=2, d_ff=172), block_t=32, matmul_n=64,
+              decode=dict(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=86,
+                          max_seq_len=64),
+              prompt=4, new_tokens=8, train=dict(vocab_size=65, d_model=32, n_layers=1, n_heads=2),
+              train_batch=2, train_t=16, gpt2_d_ff=128, modern_d_ff=86)
+
+
 # --- timing ----------------------------------------------------------------------------------------
 
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What makes the host wait for the device's queued work: ``torch.cuda.synchronize`` on a CUDA
+    device, nothing on a CPU (whose calls return when their work is done)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
 def round_robin_samples(candidates: dict[str, Callable[[], object]], rounds: int,
-                        warmup: int = 2) -> dict[str, list[float]]:
+                        warmup: int = 2, sync: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
     """Seconds of every call of each candidate, one per round. Every round calls each candidate
     once, in a new random order: what one call leaves behind (caches, freed memory) must not always
-    favour the same successor."""
+    favour the same successor. ``sync`` runs before the clock starts and before it stops (see
+    :func:`synchronizer`)."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
@@ -110,16 +161,18 @@ def round_robin_samples(candidates: dict[str, Callable[[], object]], rounds: int
         names = list(candidates)
         order.shuffle(names)
         for name in names:
+            sync()
             start = time.perf_counter()
             candidates[name]()
+            sync()
             samples[name].append(time.perf_counter() - start)
     return samples
 
 
 def time_round_robin(candidates: dict[str, Callable[[], object]], rounds: int,
-                     warmup: int = 2) -> dict[str, float]:
+                     warmup: int = 2, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
     """Median seconds per call of each candidate (see :func:`round_robin_samples`)."""
-    samples = round_robin_samples(candidates, rounds, warmup)
+    samples = round_robin_samples(candidates, rounds, warmup, sync)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
@@ -190,7 +243,8 @@ def _hf_block_state(block: TransformerBlock) -> dict[str, torch.Tensor]:
 
 
 def hf_layer_like(block: TransformerBlock, config: ModelConfig):
-    """A Hugging Face LlamaDecoderLayer (sdpa) holding the block's weights, and its RoPE module."""
+    """A Hugging Face LlamaDecoderLayer (sdpa) holding the block's weights, and its RoPE module,
+    both on the block's device."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
@@ -201,21 +255,24 @@ def hf_layer_like(block: TransformerBlock, config: ModelConfig):
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
     )
     hf_config._attn_implementation = "sdpa"
-    layer = LlamaDecoderLayer(hf_config, layer_idx=0).eval()
+    device = block.attn_norm.weight.device
+    layer = LlamaDecoderLayer(hf_config, layer_idx=0).to(device).eval()
     layer.load_state_dict(_hf_block_state(block), strict=True)
-    return layer, LlamaRotaryEmbedding(hf_config)
+    return layer, LlamaRotaryEmbedding(hf_config).to(device)
 
 
-def bench_block(rounds: int) -> dict:
-    config = ModelConfig(vocab_size=256, n_layers=1, **BLOCK)
+def bench_block(rounds: int, sizes: Sizes = Sizes(), device: torch.device = torch.device("cpu")) -> dict:
+    config = ModelConfig(vocab_size=256, n_layers=1, **sizes.block)
+    T = sizes.block_t
     torch.manual_seed(0)
     block = TransformerBlock(config).eval()
     with torch.no_grad():  # norm gains away from 1, so that a mixed-up norm would show
         block.attn_norm.weight.uniform_(0.5, 1.5)
         block.ffn_norm.weight.uniform_(0.5, 1.5)
+    block.to(device)
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(1, BLOCK_T, config.d_model, generator=gen)  # (B, T, D)
-    positions = torch.arange(BLOCK_T)
+    x = torch.randn(1, T, config.d_model, generator=gen).to(device)  # (B, T, D)
+    positions = torch.arange(T, device=device)
     cos, sin = rope_cos_sin(positions, config.head_dim, config.rope_theta)  # (T, D_h/2) each
     hf_layer, hf_rope = hf_layer_like(block, config)
     hf_cos_sin = hf_rope(x, positions[None])  # (1, T, D_h) each: Hugging Face's own tables
@@ -223,16 +280,17 @@ def bench_block(rounds: int) -> dict:
     # the block's five weight products alone, on inputs of their shapes: what this machine's
     # BLAS delivers for exactly these matrices
     linears = [block.attn.w_qkv, block.attn.w_o, block.ffn.w_gate, block.ffn.w_up, block.ffn.w_down]
-    inputs = [torch.randn(BLOCK_T, m.in_features, generator=gen) for m in linears]
-    product_flops = sum(2 * BLOCK_T * m.in_features * m.out_features for m in linears)
+    inputs = [torch.randn(T, m.in_features, generator=gen).to(device) for m in linears]
+    product_flops = sum(2 * T * m.in_features * m.out_features for m in linears)
 
     def products():
         for m, inp in zip(linears, inputs):
             m(inp)
 
-    n = 2048
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    n = sizes.matmul_n
+    a, b = torch.randn(n, n, generator=gen).to(device), torch.randn(n, n, generator=gen).to(device)
 
+    on_cpu = device.type == "cpu"
     with torch.no_grad():
         runs = {
             "explicit": lambda: block(x, cos, sin, implementation="reference"),
@@ -244,9 +302,10 @@ def bench_block(rounds: int) -> dict:
         with FlopCounterMode(display=False) as counter:  # sees every matmul of the explicit path
             runs["explicit"]()
         flops = counter.get_total_flops()
-        seconds = time_round_robin({**runs, "products": products, "matmul": lambda: a @ b}, rounds)
-        shares = {name: time_shares(fn) for name, fn in runs.items()}
-    formula = counting.block_flops(config, BLOCK_T)
+        seconds = time_round_robin({**runs, "products": products, "matmul": lambda: a @ b}, rounds,
+                                   sync=synchronizer(device))
+        shares = {name: time_shares(fn) for name, fn in runs.items()} if on_cpu else None
+    formula = counting.block_flops(config, T)
     formula_matmul = sum(v for k, v in formula.items() if k != "softmax")  # FlopCounterMode: no softmax
     return dict(seconds=seconds, flops=flops, formula_flops=formula_matmul, max_gap=gap, shares=shares,
                 product_rate=product_flops / seconds["products"], peak=2 * n**3 / seconds["matmul"])
@@ -263,15 +322,18 @@ def _hf_state(model: DecoderLM) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in state.items()}
 
 
-def bench_generation(rounds: int, with_hf: bool) -> dict:
-    config = ModelConfig(**DECODE)
+def bench_generation(rounds: int, with_hf: bool, sizes: Sizes = Sizes(),
+                     device: torch.device = torch.device("cpu")) -> dict:
+    config = ModelConfig(**sizes.decode)
+    new_tokens = sizes.new_tokens
     torch.manual_seed(0)
-    model = DecoderLM(config).eval()
-    prompt = torch.randint(0, config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(2))
+    model = DecoderLM(config).eval().to(device)
+    prompt = torch.randint(0, config.vocab_size, (1, sizes.prompt),
+                           generator=torch.Generator().manual_seed(2)).to(device)
     runs = {
-        "no cache": lambda: model.generate(prompt, NEW_TOKENS, use_cache=False),
-        "preallocated cache": lambda: model.generate(prompt, NEW_TOKENS, cache="preallocated"),
-        "concatenating cache": lambda: model.generate(prompt, NEW_TOKENS, cache="concat"),
+        "no cache": lambda: model.generate(prompt, new_tokens, use_cache=False),
+        "preallocated cache": lambda: model.generate(prompt, new_tokens, cache="preallocated"),
+        "concatenating cache": lambda: model.generate(prompt, new_tokens, cache="concat"),
     }
     if with_hf:
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -284,15 +346,15 @@ def bench_generation(rounds: int, with_hf: bool) -> dict:
             rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
         )
         hf_config._attn_implementation = "sdpa"
-        hf = LlamaForCausalLM(hf_config).eval()
+        hf = LlamaForCausalLM(hf_config).to(device).eval()
         hf.load_state_dict(_hf_state(model), strict=True)
-        kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                       pad_token_id=0, attention_mask=torch.ones_like(prompt))
         runs["HF, no cache"] = lambda: hf.generate(prompt, use_cache=False, **kwargs)
         runs["HF, its cache"] = lambda: hf.generate(prompt, use_cache=True, **kwargs)
     tokens = {name: fn() for name, fn in runs.items()}  # also the warm-up
     identical = all(torch.equal(t, tokens["no cache"]) for t in tokens.values())
-    seconds = time_round_robin(runs, rounds, warmup=0)
+    seconds = time_round_robin(runs, rounds, warmup=0, sync=synchronizer(device))
     return dict(seconds=seconds, identical=identical)
 
 
@@ -308,18 +370,19 @@ DIFFERENCES = {  # what differs between the two steps of a pair, beside Python o
 }
 
 
-def _hf_training_models():
+def _hf_training_models(sizes: Sizes = Sizes()):
     """Hugging Face's GPT-2 and Llama at the shapes of course_lib's two chapter-12 models."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    gpt2 = GPT2Config(vocab_size=TRAIN["vocab_size"], n_embd=TRAIN["d_model"], n_layer=TRAIN["n_layers"],
-                      n_head=TRAIN["n_heads"], n_inner=GPT2_VARIANT["d_ff"], n_positions=TRAIN_T,
+    train = sizes.train
+    gpt2 = GPT2Config(vocab_size=train["vocab_size"], n_embd=train["d_model"], n_layer=train["n_layers"],
+                      n_head=train["n_heads"], n_inner=sizes.gpt2_d_ff, n_positions=sizes.train_t,
                       activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                       tie_word_embeddings=True, use_cache=False, bos_token_id=None, eos_token_id=None)
-    llama = LlamaConfig(vocab_size=TRAIN["vocab_size"], hidden_size=TRAIN["d_model"],
-                        num_hidden_layers=TRAIN["n_layers"], num_attention_heads=TRAIN["n_heads"],
-                        num_key_value_heads=TRAIN["n_heads"], intermediate_size=MODERN_D_FF,
-                        max_position_embeddings=TRAIN_T, rms_norm_eps=1e-5, tie_word_embeddings=True,
+    llama = LlamaConfig(vocab_size=train["vocab_size"], hidden_size=train["d_model"],
+                        num_hidden_layers=train["n_layers"], num_attention_heads=train["n_heads"],
+                        num_key_value_heads=train["n_heads"], intermediate_size=sizes.modern_d_ff,
+                        max_position_embeddings=sizes.train_t, rms_norm_eps=1e-5, tie_word_embeddings=True,
                         use_cache=False, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0})
     for config in (gpt2, llama):
         config._attn_implementation = "sdpa"
@@ -327,18 +390,21 @@ def _hf_training_models():
     return GPT2LMHeadModel(gpt2).train(), LlamaForCausalLM(llama).train()
 
 
-def bench_training(rounds: int) -> dict:
-    run = TrainConfig(batch_size=TRAIN_BATCH, context=TRAIN_T)
+def bench_training(rounds: int, sizes: Sizes = Sizes(), device: torch.device = torch.device("cpu")) -> dict:
+    batch, T, train = sizes.train_batch, sizes.train_t, sizes.train
+    run = TrainConfig(batch_size=batch, context=T)
+    gpt2_variant = {**GPT2_VARIANT, "d_ff": sizes.gpt2_d_ff}
     torch.manual_seed(0)
     ours = {
-        "gpt2": DecoderLM(ModelConfig(**TRAIN, max_seq_len=TRAIN_T, tie_embeddings=True, **GPT2_VARIANT)).train(),
-        "modern": DecoderLM(ModelConfig(**TRAIN, d_ff=MODERN_D_FF, max_seq_len=TRAIN_T, tie_embeddings=True)).train(),
+        "gpt2": DecoderLM(ModelConfig(**train, max_seq_len=T, tie_embeddings=True, **gpt2_variant)).train(),
+        "modern": DecoderLM(ModelConfig(**train, d_ff=sizes.modern_d_ff, max_seq_len=T,
+                                        tie_embeddings=True)).train(),
     }
-    hf_gpt2, hf_llama = _hf_training_models()
+    hf_gpt2, hf_llama = _hf_training_models(sizes)
     theirs = {"gpt2": hf_gpt2, "modern": hf_llama}
     gen = torch.Generator().manual_seed(3)
-    x = torch.randint(0, TRAIN["vocab_size"], (TRAIN_BATCH, TRAIN_T), generator=gen)  # (B, T)
-    y = torch.randint(0, TRAIN["vocab_size"], (TRAIN_BATCH, TRAIN_T), generator=gen)  # (B, T)
+    x = torch.randint(0, train["vocab_size"], (batch, T), generator=gen).to(device)  # (B, T)
+    y = torch.randint(0, train["vocab_size"], (batch, T), generator=gen).to(device)  # (B, T)
 
     class _Logits(torch.nn.Module):  # train_step calls model(x): wrap Hugging Face's output
         def __init__(self, model):
@@ -351,45 +417,80 @@ def bench_training(rounds: int) -> dict:
     steps, counts = {}, {}
     for kind in ("gpt2", "modern"):
         for owner, model in (("course_lib", ours[kind]), ("Hugging Face", _Logits(theirs[kind]))):
-            optimizer = make_optimizer(model, run)  # AdamW, decay on matrices, foreach on CPU
+            model.to(device)
+            optimizer = make_optimizer(model, run)  # AdamW, decay on matrices, fused
             name = f"{kind}, {owner}"
             steps[name] = (lambda m, o: lambda: train_step(m, o, x, y, lr=1e-4, grad_clip=1.0))(model, optimizer)
             counts[name] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    samples = round_robin_samples(steps, rounds, warmup=3)
+    samples = round_robin_samples(steps, rounds, warmup=3, sync=synchronizer(device))
     seconds = {name: statistics.median(s) for name, s in samples.items()}
     ratios = {kind: paired_ratio(samples[f"{kind}, Hugging Face"], samples[f"{kind}, course_lib"])
               for kind in ("gpt2", "modern")}
-    shares = {name: time_shares(fn) for name, fn in steps.items()}
-    faults = {name: page_faults_per_call(fn) for name, fn in steps.items()}
-    tokens = TRAIN_BATCH * TRAIN_T
+    on_cpu = device.type == "cpu"
+    shares = {name: time_shares(fn) for name, fn in steps.items()} if on_cpu else None
+    faults = {name: page_faults_per_call(fn) for name, fn in steps.items()} if on_cpu else None
+    tokens = batch * T
     return dict(seconds=seconds, rate={n: tokens / t for n, t in seconds.items()}, params=counts, shares=shares,
                 faults=faults, ratios=ratios, rounds=rounds)
 
 
 # --- report --------------------------------------------------------------------------------------------
 
-def main() -> None:
+def _split(shares: dict | None) -> str:
+    """'matmul / attention / rest %' of a profile, or 'n/a' where none was taken (a GPU)."""
+    if shares is None:
+        return "n/a"
+    return (f"{100 * shares['matrix products']:.0f} / {100 * shares['attention kernel']:.0f} / "
+            f"{100 * shares['everything else']:.0f} %")
+
+
+def _device(name: str) -> torch.device:
+    """``name`` as a usable device, or a ValueError in one line."""
+    try:
+        device = torch.device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, ValueError, AssertionError) as err:  # AssertionError: torch built without CUDA
+        raise ValueError(f"--device {name!r} is not usable here: {str(err).splitlines()[0]}") from None
+    return device
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="torch threads (default: one per core)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: one per core on a CPU; left alone on a GPU)")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds for the block")
     parser.add_argument("--quick", action="store_true", help="fewer rounds; no Hugging Face generation")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes, one round each: checks that the script runs; the numbers mean nothing")
     parser.add_argument("--no-pin-heap", dest="pin_heap", action="store_false",
                         help="leave glibc's malloc thresholds alone (see the module docstring)")
-    args = parser.parse_args()
-    pinned = pin_heap() if args.pin_heap else False
-    torch.set_num_threads(args.threads)
-    rounds = 5 if args.quick else args.rounds
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements and targets to FILE")
+    args = parser.parse_args(argv)
+    try:
+        device = _device(args.device)
+    except ValueError as err:
+        print(f"benchmarks/benchmark.py: error: {err}", file=sys.stderr)
+        return 2
+    on_cpu = device.type == "cpu"
+    sizes = SMOKE if args.smoke else Sizes()
+    pinned = pin_heap() if args.pin_heap and on_cpu else False
+    if on_cpu or args.threads is not None:
+        torch.set_num_threads(args.threads or os.cpu_count())
+    rounds = 1 if args.smoke else 5 if args.quick else args.rounds
 
     load_before = os.getloadavg()[0]
+    where = (f"heap {'pinned' if pinned else 'not pinned'}" if on_cpu
+             else f"{torch.cuda.get_device_name(device)}, float32")
     print(f"torch {torch.__version__} · {platform.machine()} · {os.cpu_count()} cores · "
-          f"{torch.get_num_threads()} threads · load average {load_before:.2f} · heap "
-          f"{'pinned' if pinned else 'not pinned'}")
+          f"{torch.get_num_threads()} threads · load average {load_before:.2f} · {where}"
+          + (" · smoke test: tiny shapes, one round, the numbers mean nothing" if args.smoke else ""))
 
-    block = bench_block(rounds)
+    block = bench_block(rounds, sizes, device)
     peak = block["peak"]
-    gen = bench_generation(1 if args.quick else 5, with_hf=not args.quick)
-    train = bench_training(10 if args.quick else 40)
+    gen = bench_generation(1 if args.quick or args.smoke else 5, with_hf=not args.quick, sizes=sizes,
+                           device=device)
+    train = bench_training(1 if args.smoke else 10 if args.quick else 40, sizes, device)
     load_after = os.getloadavg()[0]
     busy = load_before > 0.5 * os.cpu_count()  # after the run, the load includes this run itself
 
@@ -399,10 +500,12 @@ def main() -> None:
     fraction = block["flops"] / s["fast"] / peak
     g = gen["seconds"]
     speedup = g["no cache"] / g["preallocated cache"]
+    shape, decode, n, T = sizes.block, sizes.decode, sizes.matmul_n, sizes.block_t
+    new_tokens, prompt = sizes.new_tokens, sizes.prompt
 
-    print(f"\nfp32 matmul, 2048 × 2048 × 2048: {peak / 1e9:.1f} GFLOP/s")
-    print(f"\nblock forward: d_model={BLOCK['d_model']}, n_heads={BLOCK['n_heads']}, "
-          f"n_kv_heads={BLOCK['n_kv_heads']}, d_ff={BLOCK['d_ff']}, T={BLOCK_T}, B=1, float32; "
+    print(f"\nfp32 matmul, {n} × {n} × {n}: {peak / 1e9:.1f} GFLOP/s")
+    print(f"\nblock forward: d_model={shape['d_model']}, n_heads={shape['n_heads']}, "
+          f"n_kv_heads={shape['n_kv_heads']}, d_ff={shape['d_ff']}, T={T}, B=1, float32; "
           f"{block['flops'] / 1e9:.2f} GFLOP (counting.block_flops: {block['formula_flops'] / 1e9:.2f})")
     print(f"  {'':34}{'ms':>8}{'GFLOP/s':>9}{'of matmul':>11}{'× fast':>8}   time in matmul / "
           f"attention / rest")
@@ -410,36 +513,34 @@ def main() -> None:
               "hf": "Hugging Face LlamaDecoderLayer"}
     for name, label in labels.items():
         rate = block["flops"] / s[name]
-        sh = shares[name]
         print(f"  {label:34}{1e3 * s[name]:8.1f}{rate / 1e9:9.1f}{100 * rate / peak:10.0f} %"
-              f"{s[name] / s['fast']:8.2f}   {100 * sh['matrix products']:.0f} / "
-              f"{100 * sh['attention kernel']:.0f} / {100 * sh['everything else']:.0f} %")
+              f"{s[name] / s['fast']:8.2f}   {_split(shares and shares[name])}")
     print(f"  outputs agree to {block['max_gap']:.1e}")
     product_rate = block["product_rate"]
     print(f"  the block's five weight products alone: {product_rate / 1e9:.1f} GFLOP/s "
-          f"({100 * product_rate / peak:.0f} % of the 2048³ rate); the fast path reaches "
+          f"({100 * product_rate / peak:.0f} % of the {n}³ rate); the fast path reaches "
           f"{100 * block['flops'] / s['fast'] / product_rate:.0f} % of that")
 
-    print(f"\ngeneration: {NEW_TOKENS} tokens after a {PROMPT}-token prompt, greedy; "
-          f"{DECODE['n_layers']} layers, d_model={DECODE['d_model']}, n_heads={DECODE['n_heads']}, "
-          f"n_kv_heads={DECODE['n_kv_heads']}, d_ff={DECODE['d_ff']}")
+    print(f"\ngeneration: {new_tokens} tokens after a {prompt}-token prompt, greedy; "
+          f"{decode['n_layers']} layers, d_model={decode['d_model']}, n_heads={decode['n_heads']}, "
+          f"n_kv_heads={decode['n_kv_heads']}, d_ff={decode['d_ff']}")
     print(f"  {'':22}{'s':>8}{'ms/token':>10}{'speed-up':>10}")
     for name in g:
         base = g["HF, no cache"] if name.startswith("HF") else g["no cache"]
-        print(f"  {name:22}{g[name]:8.2f}{1e3 * g[name] / NEW_TOKENS:10.2f}{base / g[name]:9.1f}×")
+        print(f"  {name:22}{g[name]:8.2f}{1e3 * g[name] / new_tokens:10.2f}{base / g[name]:9.1f}×")
     print(f"  identical tokens everywhere: {gen['identical']}")
 
     rate = train["rate"]
-    print(f"\ntraining step (forward, loss, backward, clip, AdamW): V={TRAIN['vocab_size']}, "
-          f"d_model={TRAIN['d_model']}, {TRAIN['n_layers']} layers, {TRAIN['n_heads']} heads, "
-          f"B={TRAIN_BATCH}, T={TRAIN_T}, float32")
+    tr = sizes.train
+    print(f"\ntraining step (forward, loss, backward, clip, AdamW): V={tr['vocab_size']}, "
+          f"d_model={tr['d_model']}, {tr['n_layers']} layers, {tr['n_heads']} heads, "
+          f"B={sizes.train_batch}, T={sizes.train_t}, float32")
     print(f"  {'':30}{'parameters':>11}{'ms/step':>9}{'tokens/s':>10}{'faults/step':>13}   "
           f"time in matmul / attention / rest")
     for name in rate:
-        sh = train["shares"][name]
+        faults = f"{train['faults'][name]:13,.0f}" if train["faults"] else f"{'n/a':>13}"
         print(f"  {name:30}{train['params'][name]:11,}{1e3 * train['seconds'][name]:9.1f}{rate[name]:10,.0f}"
-              f"{train['faults'][name]:13,.0f}   {100 * sh['matrix products']:.0f} / "
-              f"{100 * sh['attention kernel']:.0f} / {100 * sh['everything else']:.0f} %")
+              f"{faults}   {_split(train['shares'] and train['shares'][name])}")
     gpt2_ratio, *gpt2_interval = train["ratios"]["gpt2"]  # (median, low, high)
     modern_ratio, *modern_interval = train["ratios"]["modern"]
     paired = f"median of {train['rounds']} paired rounds, 95 % interval"
@@ -466,31 +567,35 @@ def main() -> None:
 
     notes = []
     if hf_ratio < TARGET_HF_RATIO:
+        elementwise = ("" if shares is None else
+                       f", {100 * shares['fast']['everything else']:.0f} % and "
+                       f"{100 * shares['hf']['everything else']:.0f} % of the time here")
         notes.append(
             f"fast path vs Hugging Face: both run the same matrix products (course_lib's q, k and v "
             f"as one) and the same fused attention kernel (with enable_gqa); they differ only in the "
-            f"small elementwise work (RoPE, norms) and Python overhead, {100 * shares['fast']['everything else']:.0f} % and "
-            f"{100 * shares['hf']['everything else']:.0f} % of the time here. A ratio within a few "
+            f"small elementwise work (RoPE, norms) and Python overhead{elementwise}. A ratio within a few "
             f"percent of 1 is within run-to-run noise: rerun on a quiet machine.")
     if fraction < TARGET_MATMUL_FRACTION:
+        no_flops = ("" if shares is None else
+                    f", and {100 * shares['fast']['everything else']:.0f} % of the fast path's time goes to work "
+                    f"with no counted FLOPs (norms, RoPE, SiLU, residual adds, the head merge)")
         notes.append(
             f"FLOP/s fraction: the block's own products, run alone, reach only "
-            f"{100 * block['product_rate'] / peak:.0f} % of the 2048³ rate ({BLOCK_T} rows by "
-            f"256 to 2816 columns is a smaller, less efficient product for the BLAS), and "
-            f"{100 * shares['fast']['everything else']:.0f} % of the fast path's time goes to work "
-            f"with no counted FLOPs (norms, RoPE, SiLU, residual adds, the head merge). Hugging "
+            f"{100 * block['product_rate'] / peak:.0f} % of the {n}³ rate ({T} rows by "
+            f"256 to 2816 columns is a smaller, less efficient product for the BLAS){no_flops}. Hugging "
             f"Face, doing the same work, reaches {100 * block['flops'] / s['hf'] / peak:.0f} % here.")
     if explicit_ratio > TARGET_EXPLICIT_RATIO:
-        scores = BLOCK["n_heads"] * BLOCK_T * BLOCK_T
+        scores = shape["n_heads"] * T * T
+        outside = ("" if shares is None else
+                   f"; {100 * shares['explicit']['everything else']:.0f} % of its time is outside matrix "
+                   f"products")
         notes.append(
             f"explicit path: {1e3 * (s['explicit'] - s['fast']):.1f} ms more than the fast path. It "
             f"writes and reads back the scores, the masked scores and the softmax weights "
-            f"({scores / 1e6:.1f} M numbers each) and K and V repeated to {BLOCK['n_heads']} heads, "
-            f"none of which the fused kernel materialises; "
-            f"{100 * shares['explicit']['everything else']:.0f} % of its time is outside matrix "
-            f"products.")
+            f"({scores / 1e6:.1f} M numbers each) and K and V repeated to {shape['n_heads']} heads, "
+            f"none of which the fused kernel materialises{outside}.")
     if speedup < TARGET_DECODE_SPEEDUP:
-        per_token = 1e3 * g["preallocated cache"] / NEW_TOKENS
+        per_token = 1e3 * g["preallocated cache"] / new_tokens
         if "HF, its cache" in g:
             notes.append(f"decoding: Hugging Face's own cache gains "
                          f"{g['HF, no cache'] / g['HF, its cache']:.1f}× on this machine, and takes "
@@ -499,19 +604,22 @@ def main() -> None:
             f"decoding: a cached step costs {per_token:.2f} ms on average, nearly all of it a "
             f"constant — reading every weight and a fixed cost per operation for a single row "
             f"(chapter 10 measures it against the context) — while an uncached step grows with the "
-            f"context (here {PROMPT + NEW_TOKENS // 2} positions on average). The ratio grows with "
+            f"context (here {prompt + new_tokens // 2} positions on average). The ratio grows with "
             f"the generation length and shrinks when other processes slow down small operations "
             f"(load average {load_before:.1f} before the run, on {os.cpu_count()} cores).")
     for kind, hf_name in (("gpt2", "GPT2LMHeadModel"), ("modern", "LlamaForCausalLM")):
         ratio, low, high = train["ratios"][kind]
         if ratio < TARGET_HF_RATIO:
-            ours_sh, theirs_sh = train["shares"][f"{kind}, course_lib"], train["shares"][f"{kind}, Hugging Face"]
+            where_time = ""
+            if train["shares"] is not None:
+                ours_sh, theirs_sh = train["shares"][f"{kind}, course_lib"], train["shares"][f"{kind}, Hugging Face"]
+                where_time = (f" Matrix products take {100 * ours_sh['matrix products']:.0f} % of course_lib's "
+                              f"time and {100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest "
+                              f"is elementwise work (norms, positions, activations, their backward passes) and "
+                              f"Python overhead.")
             notes.append(
                 f"training, {kind}: course_lib takes {1 / ratio:.2f}× {hf_name}'s time per step with the same "
-                f"parameter count, optimiser and loop. Matrix products take "
-                f"{100 * ours_sh['matrix products']:.0f} % of course_lib's time and "
-                f"{100 * theirs_sh['matrix products']:.0f} % of Hugging Face's; the rest is elementwise work "
-                f"(norms, positions, activations, their backward passes) and Python overhead. "
+                f"parameter count, optimiser and loop.{where_time} "
                 + DIFFERENCES[kind] + " "
                 + (f"The interval {low:.3f}–{high:.3f} contains 1: this run does not tell the two apart."
                    if high >= 1 else f"The interval {low:.3f}–{high:.3f} lies below 1."))
@@ -523,6 +631,26 @@ def main() -> None:
           f"(which includes the benchmark's own {torch.get_num_threads()} threads), "
           f"{os.cpu_count()} cores" + (" — the machine was busy: rerun when it is quiet" if busy else ""))
 
+    if args.json:
+        write_json({
+            "device": str(device),
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else platform.processor() or platform.machine()),
+            "smoke": args.smoke, "quick": args.quick, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "heap_pinned": pinned, "sizes": asdict(sizes),
+            "load_average": [load_before, load_after],
+            "matmul_flops_per_second": peak,
+            "block": {"ms": {name: 1e3 * t for name, t in s.items()}, "flops": block["flops"],
+                      "max_gap": block["max_gap"], "hf_ratio": hf_ratio, "explicit_ratio": explicit_ratio,
+                      "matmul_fraction": fraction},
+            "generation": {"seconds": g, "identical": gen["identical"], "speedup": speedup,
+                           "hf_speedup": g["HF, no cache"] / g["HF, its cache"] if "HF, its cache" in g else None},
+            "training": {"ms_per_step": {name: 1e3 * t for name, t in train["seconds"].items()},
+                         "tokens_per_second": rate, "ratios": train["ratios"]},
+            "targets": [{"text": text, "met": bool(ok)} for text, ok in targets],
+        }, args.json)
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,11 +20,16 @@ from course_lib.model import DecoderLM
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "nanogpt_recipe.py"
 
 
-def load_recipe():
-    spec = importlib.util.spec_from_file_location("nanogpt_recipe", SCRIPT)
+def load_script(path: pathlib.Path):
+    """A benchmark script (benchmarks/*.py, not a package) imported as a module, its main() not run."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_recipe():
+    return load_script(SCRIPT)
 
 
 def backward_nodes(output: torch.Tensor) -> list[str]:
@@ -57,10 +62,7 @@ BENCHMARK = SCRIPT.with_name("benchmark.py")
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARK)
 
 
 def test_paired_ratio_is_the_median_of_the_rounds_ratios_with_an_interval_around_it():
@@ -120,10 +122,7 @@ SPEEDRUN = SCRIPT.with_name("speedrun.py")
 
 
 def load_speedrun():
-    spec = importlib.util.spec_from_file_location("speedrun", SPEEDRUN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SPEEDRUN)
 
 
 @pytest.mark.parametrize("preset_seconds, preset_loss, status", [(30.0, 1.80, 0), (40.0, 1.80, 1), (30.0, 1.95, 1)])

@@ -13,6 +13,9 @@ is installed (as with the corpus). :func:`load_results` reads one grid's summary
 * :mod:`.run` — one run in a worker: train, evaluate, probe, record.
 * :mod:`.runner` — :func:`run_grid`: the parallel, resumable runner and :func:`summarize_grid`.
 * :mod:`.stats` — mean, spread, Student's t interval, paired differences.
+* :mod:`.report` — a grid's table and validation curves, for the chapters.
+* :mod:`.speedrun` — chapter 13's reading of the speedrun grid: time to the recipe's loss, the
+  table of ingredients, the waterfall.
 * :mod:`.provenance` — commit, torch, threads, CPU, date, command.
 * :mod:`.copying` — chapter 12's copying model, trained on half-repeated batches, its weights
   committed (``python -m course_lib.experiments.copying``).
