@@ -193,16 +193,47 @@ def test_a_budget_row_sets_every_runs_steps_by_the_ratio_of_step_times():
     assert record["steps"] == expected < 40
     assert record["train_config"]["eval_interval"] == max(1, expected // 4)
     assert budget["fraction_per_step"] == pytest.approx(budget["step_seconds"] / (40 * budget["reference_step_seconds"]))
+    from course_lib.experiments.runner import spec
+
+    short = grid.replace(budget_fraction=0.5)
+    half = run_one(short, short.rows[1], 0)
+    ratio = half["budget"]["reference_step_seconds"] / half["budget"]["step_seconds"]
+    assert half["steps"] == round(0.5 * 40 * ratio)  # half the narrow row's time, measured anew
+    assert run_one(short, short.rows[0], 0)["steps"] == 40  # the budget row: its whole run
+    assert spec(short, short.rows[1])["budget"]["fraction"] == 0.5 and "fraction" not in spec(grid, grid.rows[1])["budget"]
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="budget_fraction"):
+            grid.replace(budget_fraction=bad)
+    with pytest.raises(ValueError, match="needs a budget_row"):
+        Grid("g", "", rows=grid.rows, budget_fraction=0.5)
     with pytest.raises(ValueError, match="no row 'missing'"):
         grid.replace(budget_row="missing")
     with pytest.raises(ValueError, match="seconds or budget_row"):
         grid.replace(seconds=5.0)
 
 
+def test_the_short_speedrun_grid_ends_at_the_preset():
+    """speedrun-short's last row is the shakespeare-speedrun preset (model and schedule; the steps
+    are the budget's), and each row after the second changes one thing."""
+    grid = get_grid("speedrun-short")
+    model, run = get_preset("shakespeare-speedrun")
+    last = grid.rows[-1]
+    assert last.model == model
+    assert last.train.replace(steps=run.steps, eval_interval=run.eval_interval, seed=run.seed,
+                              precision=run.precision, eval_context=None) == run
+    assert grid.budget_row == "recipe" and grid.budget_fraction == pytest.approx(1 / 6)
+    for above, row in zip(grid.rows[1:], grid.rows[2:]):
+        changed = {k for k, v in dataclasses.asdict(row.train).items() if getattr(above.train, k) != v}
+        changed |= {k for k, v in dataclasses.asdict(row.model).items() if getattr(above.model, k) != v}
+        allowed = {"min_lr"} if row.label.startswith("lr") else (
+            {"n_layers", "n_heads", "n_kv_heads", "d_ff", "init_std"} if row.label == "3x96" else set())
+        assert len(changed - allowed) == 1, f"{row.label}: changes {sorted(changed)}"
+
+
 def test_the_speedrun_rows_change_one_thing_each():
     """Each row of the speedrun grid differs from the row above it in the one thing its label names
     (SwiGLU and ReLU² change d_ff with the activation, to keep the parameters)."""
-    rows = IN_PROGRESS["speedrun"].rows
+    rows = GRIDS["speedrun"].rows
     assert rows[0].label == "recipe" and (rows[0].model, rows[0].train.replace(
         eval_context=None, eval_at_start=True, eval_batch_size=64, precision="auto")) == (
         get_preset("nanogpt-cpu")[0], get_preset("nanogpt-cpu")[1].replace(eval_batch_size=64))

@@ -82,6 +82,9 @@ class Grid:
     second half), trains ``round(steps_ref · t_ref / t_row)`` steps with its schedule laid over
     them, and evaluates ``evaluations`` times along the way; the budget row itself trains its own
     steps. Budgets as ratios of times taken together hold on a machine whose speed drifts.
+    ``budget_fraction`` f < 1 gives every other row f of the budget row's time instead (its schedule
+    fitted to that shorter run), while the budget row still trains its own steps: how a run that
+    ends sooner compares with the budget row's whole run.
     """
 
     name: str
@@ -95,6 +98,7 @@ class Grid:
     calibration_steps: int = field(default=30, repr=False)
     budget_row: str | None = None
     evaluations: int = 20
+    budget_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -111,6 +115,11 @@ class Grid:
             if self.seconds is not None:
                 raise ValueError(f"grid {self.name!r}: give seconds or budget_row, not both")
             self.row(self.budget_row)  # raises, naming the rows, when there is no such row
+        if isinstance(self.budget_fraction, bool) or not isinstance(self.budget_fraction, (int, float)) \
+                or not 0 < self.budget_fraction <= 1:
+            raise ValueError(f"grid {self.name!r}: budget_fraction ({self.budget_fraction!r}) must be in (0, 1]")
+        if self.budget_fraction != 1 and self.budget_row is None:
+            raise ValueError(f"grid {self.name!r}: budget_fraction needs a budget_row, whose time it divides")
         if isinstance(self.evaluations, bool) or not isinstance(self.evaluations, int) or self.evaluations < 1:
             raise ValueError(f"grid {self.name!r}: evaluations ({self.evaluations}) must be a positive int")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:

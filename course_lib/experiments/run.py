@@ -85,7 +85,7 @@ def _budget_steps(grid: Grid, row: Row, config: TrainConfig, corpus: CharData) -
         steps = row.train.steps
     else:
         step_seconds, ref_seconds = interleaved_step_seconds((row, reference), corpus, grid.calibration_steps)
-        steps = max(2, round(reference.train.steps * ref_seconds / step_seconds))
+        steps = max(2, round(grid.budget_fraction * reference.train.steps * ref_seconds / step_seconds))
     config = config.replace(steps=steps, warmup_steps=min(config.warmup_steps, steps // 2),
                             eval_interval=max(1, steps // grid.evaluations))
     budget = {"row": reference.label, "reference_steps": reference.train.steps,

@@ -60,6 +60,8 @@ def spec(grid: Grid, row: Row) -> dict:
         out["budget"] = {"row": reference.label, "model_config": dataclasses.asdict(reference.model),
                          "train_config": dataclasses.asdict(reference.train),
                          "evaluations": grid.evaluations}
+        if grid.budget_fraction != 1:  # only then: records made before it existed stay valid
+            out["budget"]["fraction"] = grid.budget_fraction
     return json.loads(json.dumps(out))
 
 

@@ -84,7 +84,8 @@ def ingredient_table(records: dict, grid: Grid) -> dict:
         raise ValueError(f"grid {grid.name!r}: rows {missing} have fewer than two seeds recorded; "
                          f"run the grid first (python -m course_lib.experiments {grid.name})")
     target = statistics.mean(r["final_val_loss"] for r in by_row[grid.budget_row])
-    table = {"grid": grid.name, "target": target, "budget_row": grid.budget_row, "rows": {}}
+    table = {"grid": grid.name, "target": target, "budget_row": grid.budget_row,
+             "budget_fraction": grid.budget_fraction, "rows": {}}
     previous = None
     for row in grid.rows:
         runs = by_row[row.label]
@@ -114,10 +115,13 @@ def ingredient_table(records: dict, grid: Grid) -> dict:
 
 
 def ingredient_table_text(table: dict) -> str:
-    """The table as text, at most 88 characters wide: per row, the loss in the recipe's time (mean
-    and 95 % interval, nats per character), whether it differs from the row above, and the time to
-    the recipe's loss as a fraction of the recipe's time, with its interval."""
-    lines = [f"{'row':<16} {'loss in recipe time':<22} {'vs above':<8} {'time to recipe loss':<24} n",
+    """The table as text, at most 88 characters wide: per row, the loss at the end of its budget
+    (the recipe's time, or the grid's ``budget_fraction`` of it; mean and 95 % interval, nats per
+    character), whether it differs from the row above, and the time to the recipe's loss as a
+    fraction of the recipe's time, with its interval."""
+    fraction = table.get("budget_fraction", 1.0)
+    budget = "recipe time" if fraction == 1 else f"1/{round(1 / fraction)} of it"
+    lines = [f"{'row':<16} {'loss in ' + budget:<22} {'vs above':<8} {'time to recipe loss':<24} n",
              "-" * 76]
     for label, row in table["rows"].items():
         loss = row["loss"]
