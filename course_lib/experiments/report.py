@@ -40,13 +40,15 @@ def rows_table(summary: dict, key: str = "final_val_loss") -> str:
     for label, row in summary["rows"].items():
         s = row[key]
         if s is None:
-            lines.append(f"{label:<14} {len(row['seeds']):>2}  every seed diverged")
+            why = ("every seed diverged" if len(row["diverged_seeds"]) == len(row["seeds"])
+                   else "not yet evaluated at that time")
+            lines.append(f"{label:<14} {len(row['seeds']):>2}  {why}")
             continue
         interval = "" if s["low"] is None else f"[{_bits(s['low']):.3f}, {_bits(s['high']):.3f}]"
         sd = "" if s["std"] is None else f"{_bits(s['std']):.3f}"
         versus = ""
         comparison = summary["against_first_row"].get(f"{label} - {first}")
-        if comparison is not None and comparison[key]["low"] is not None:
+        if comparison is not None and comparison[key] is not None and comparison[key]["low"] is not None:
             d = comparison[key]
             versus = (f"{_bits(d['mean']):+.3f} [{_bits(d['low']):+.3f}, {_bits(d['high']):+.3f}]"
                       f"  {'yes' if d['found'] else 'no':<5}")

@@ -221,7 +221,10 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
     Equal wall-clock time is the shortest of the rows' median training times: every run's
     validation curve is read there by linear interpolation between its evaluations (so rows whose
     step is faster are read before their last step; a run that ended earlier than that time counts
-    with its last loss). Diverged runs are left out of both summaries and listed instead."""
+    with its last loss). A run first evaluated after that time has no reading there, and the summary
+    of its row at equal time, and its comparison at equal time, are None: a grid whose runs are
+    short beside its budget row (``budget_fraction``) compares the ends of the runs instead.
+    Diverged runs are left out of both summaries and listed instead."""
     records = load_records(out, grid)
     by_row = {row.label: [records[(row.label, s)] for s in grid.seeds if (row.label, s) in records]
               for row in grid.rows}
@@ -229,12 +232,18 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
     ends = [statistics.median(r["train_seconds"] for r in rs) for rs in present.values()]
     equal_time = min(ends) if ends else None
 
-    def at_time(record: dict) -> float:
+    def at_time(record: dict) -> float | None:
         history = [h for h in record["history"] if h["val_loss"] is not None]
         if equal_time >= history[-1]["train_seconds"]:  # the run was over by then: its last loss
             return history[-1]["val_loss"]
+        if equal_time < history[0]["train_seconds"]:  # not yet evaluated then: no reading
+            return None
         return interpolate_at([h["train_seconds"] for h in history], [h["val_loss"] for h in history],
                               equal_time)
+
+    def at_equal_time(runs: list[dict]) -> list[float] | None:
+        values = [at_time(r) for r in runs]
+        return None if None in values else values
 
     rows = {}
     for label, rs in present.items():
@@ -246,7 +255,8 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
             "steps": statistics.median(r["steps"] for r in rs),
             "train_seconds": summarize([r["train_seconds"] for r in rs]),
             "final_val_loss": summarize([r["final_val_loss"] for r in converged]) if converged else None,
-            "val_loss_at_equal_time": summarize([at_time(r) for r in converged]) if converged else None,
+            "val_loss_at_equal_time": summarize(at_equal_time(converged))
+            if converged and at_equal_time(converged) else None,
         }
     reference = grid.rows[0].label
     comparisons = {}
@@ -263,8 +273,8 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
             "seeds": seeds,
             "final_val_loss": paired_difference([r["final_val_loss"] for r in mine],
                                                 [r["final_val_loss"] for r in theirs]),
-            "val_loss_at_equal_time": paired_difference([at_time(r) for r in mine],
-                                                        [at_time(r) for r in theirs]),
+            "val_loss_at_equal_time": paired_difference(at_equal_time(mine), at_equal_time(theirs))
+            if at_equal_time(mine) and at_equal_time(theirs) else None,
         }
     origins = [r["provenance"] for r in records.values()]
     return {
