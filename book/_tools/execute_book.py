@@ -52,6 +52,7 @@ TIMING_CHAPTERS = frozenset({
     "10_kv_cache.ipynb",  # a step with and without the cache
     "11_memory_in_training.ipynb",  # what checkpointing costs in time
     "12_training.ipynb",  # training and evaluation time
+    "13_speedrun.ipynb",  # the speedrun preset trained live
 })
 
 

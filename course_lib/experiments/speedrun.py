@@ -154,8 +154,8 @@ def plot_waterfall(ax, table: dict) -> None:
         s = row["speedup"]
         if s is None:
             ax.plot(i, 1.0, "x", color="C3", ms=8)
-            ax.annotate("not reached", (i, 1.0), xytext=(0, -6), textcoords="offset points",
-                        rotation=90, ha="center", va="top", fontsize=7, color="C3")
+            ax.annotate("not reached", (i, 1.0), xytext=(0, 8), textcoords="offset points",
+                        rotation=90, ha="center", va="bottom", fontsize=7, color="C3")
             level = 1.0
             continue
         low, high = sorted((level, s["mean"]))
@@ -166,6 +166,11 @@ def plot_waterfall(ax, table: dict) -> None:
                         color="k", capsize=3, lw=1)
         level = s["mean"]
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    times = FuncFormatter(lambda value, _: f"×{value:g}")  # ×2, ×3, not 2×10⁰
+    ax.yaxis.set_major_formatter(times)
+    ax.yaxis.set_minor_formatter(times)
     ax.axhline(1.0, color="0.3", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("speed-up over the recipe (×)")
