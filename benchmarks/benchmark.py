@@ -83,6 +83,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import counting
 from course_lib._io import write_json
+from course_lib.device import usable_device
 from course_lib.block import TransformerBlock
 from course_lib.config import ModelConfig
 from course_lib.model import DecoderLM
@@ -444,16 +445,6 @@ def _split(shares: dict | None) -> str:
             f"{100 * shares['everything else']:.0f} %")
 
 
-def _device(name: str) -> torch.device:
-    """``name`` as a usable device, or a ValueError in one line."""
-    try:
-        device = torch.device(name)
-        torch.empty(0, device=device)
-    except (RuntimeError, ValueError, AssertionError) as err:  # AssertionError: torch built without CUDA
-        raise ValueError(f"--device {name!r} is not usable here: {str(err).splitlines()[0]}") from None
-    return device
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -468,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the measurements and targets to FILE")
     args = parser.parse_args(argv)
     try:
-        device = _device(args.device)
+        device = usable_device(args.device)
     except ValueError as err:
         print(f"benchmarks/benchmark.py: error: {err}", file=sys.stderr)
         return 2

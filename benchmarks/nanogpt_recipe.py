@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from course_lib.config import ModelConfig
 from course_lib.data import eval_windows, load_char_data
+from course_lib.device import usable_device
 from course_lib.model import DecoderLM
 
 
@@ -98,16 +99,6 @@ def get_lr(it: int, shape: Shape = CPU) -> float:  # nanoGPT's train.py
         return MIN_LR
     ratio = (it - shape.warmup_iters) / (shape.max_iters - shape.warmup_iters)
     return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR - MIN_LR)
-
-
-def usable_device(name: str) -> torch.device:
-    """``name`` as a device on which a tensor can be made; a ValueError in one line if it cannot."""
-    try:
-        device = torch.device(name)
-        torch.empty(0, device=device)
-    except (RuntimeError, ValueError, AssertionError) as err:  # AssertionError: torch built without CUDA
-        raise ValueError(f"--device {name!r} is not usable here: {str(err).splitlines()[0]}") from None
-    return device
 
 
 def main() -> int:

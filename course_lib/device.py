@@ -13,3 +13,18 @@ import torch
 def get_device() -> torch.device:
     """Return ``cuda`` when a CUDA GPU is visible, else ``cpu``."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def usable_device(name: str | None = None, option: str = "--device") -> torch.device:
+    """``name`` ("cpu", "cuda", "cuda:1", …) as a device on which a tensor can be made here, or
+    :func:`get_device`'s choice when ``name`` is None. What the command lines call on their
+    ``--device``: a name that is not a device, or one this machine cannot use (no GPU, or a torch
+    built without CUDA), raises a ValueError in one line that names ``option``."""
+    if name is None:
+        return get_device()
+    try:
+        device = torch.device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, ValueError, AssertionError) as err:  # AssertionError: torch built without CUDA
+        raise ValueError(f"{option} {name!r} is not usable here: {str(err).splitlines()[0]}") from None
+    return device

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from .data import CharTokenizer
-from .device import get_device
+from .device import usable_device
 from .training import CheckpointError, load_checkpoint, model_config_from_dict
 from .train import CHECKPOINT, _Parser, non_negative_float, non_negative_int, positive_int, probability
 
@@ -68,11 +68,7 @@ def load_model(path: str, device: torch.device):
 
 
 def run(args: argparse.Namespace) -> str:
-    try:
-        device = torch.device(args.device) if args.device else get_device()
-        torch.empty(0, device=device)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"--device {args.device!r} is not usable here: {str(err).splitlines()[0]}") from None
+    device = usable_device(args.device)
     model, tokenizer = load_model(args.checkpoint, device)
     if not args.prompt:
         raise ValueError("--prompt must hold at least one character")

@@ -36,7 +36,7 @@ import torch
 
 from ._io import write_json
 from .data import CorpusError, load_char_data
-from .device import get_device
+from .device import usable_device
 from .training.distributed import close_distributed, init_distributed
 from .training import PRECISIONS, PRESETS, CheckpointError, Trainer, build_model, get_preset
 
@@ -146,11 +146,7 @@ def run(args: argparse.Namespace) -> dict:
     out = _prepare_out(args.out or os.path.join("runs", args.preset), args.resume)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    try:
-        device = torch.device(args.device) if args.device else get_device()
-        torch.empty(0, device=device)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"--device {args.device!r} is not usable here: {str(err).splitlines()[0]}") from None
+    device = usable_device(args.device)
     world = init_distributed(device)  # a world of one unless started by torchrun
     device = world.device
 
