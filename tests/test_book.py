@@ -77,8 +77,9 @@ def test_chapters_are_executed_longest_first():
     chapters = [ROOT / f"{name}.ipynb" for name in CHAPTERS]
     ch = {path.name[:2]: path for path in chapters}
     # no record (a fresh clone): the capstone first, then back through the table of contents
-    assert execute_book.longest_first(chapters[:3] + chapters[-1:], chapters, {}) == [
-        ch["12"], ch["03"], ch["02"], ch["01"]]
+    assert execute_book.LONGEST == ch["12"].name
+    assert execute_book.longest_first(chapters[:3] + [ch["12"], ch["13"]], chapters, {}) == [
+        ch["12"], ch["13"], ch["03"], ch["02"], ch["01"]]
     seconds = {ch["01"].name: 7.0, ch["02"].name: 12.0, ch["12"].name: 110.0}
     assert execute_book.longest_first([ch["01"], ch["02"], ch["03"], ch["12"]], chapters, seconds) == [
         ch["03"], ch["12"], ch["02"], ch["01"]]

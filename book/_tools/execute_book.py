@@ -41,6 +41,8 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's execution cache (myst-nb's nb_execution_cache_path)
+# The chapter that takes longest (it trains for minutes): first in a fresh build, with no record.
+LONGEST = "12_training.ipynb"
 # The chapters that time something (grep book/*.ipynb for perf_counter, timeit, Timer): each runs
 # alone, after the others, so that nothing else competes for the cores while it measures.
 TIMING_CHAPTERS = frozenset({
@@ -114,9 +116,11 @@ def _execute(path: str, threads: int, timeout: int, allow_errors: bool) -> tuple
 def longest_first(todo: list[pathlib.Path], chapters: list[pathlib.Path],
                   last_run: dict[str, float]) -> list[pathlib.Path]:
     """`todo` by the seconds of each chapter's last recorded run (`last_run`, by file name), longest
-    first. Chapters with no record come before them, the last of the table of contents (`chapters`)
-    first: the capstone, which trains for minutes, closes it."""
-    return sorted(todo, key=lambda p: (p.name in last_run, -last_run.get(p.name, chapters.index(p))))
+    first. Chapters with no record come before them: the LONGEST (the capstone, which trains for
+    minutes) first, then the others from the end of the table of contents (`chapters`) back, the
+    later chapters being the longer ones."""
+    return sorted(todo, key=lambda p: (p.name in last_run, p.name != LONGEST,
+                                       -last_run.get(p.name, chapters.index(p))))
 
 
 def plan(todo: list[pathlib.Path], jobs: int, cores: int, thread_cap: int | None) -> list[tuple[list, int, int]]:
