@@ -241,9 +241,9 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
         return interpolate_at([h["train_seconds"] for h in history], [h["val_loss"] for h in history],
                               equal_time)
 
-    def at_equal_time(runs: list[dict]) -> list[float] | None:
+    def at_equal_time(runs: list[dict]) -> list[float] | None:  # None: some run has no reading
         values = [at_time(r) for r in runs]
-        return None if None in values else values
+        return None if not values or None in values else values
 
     rows = {}
     for label, rs in present.items():
@@ -255,8 +255,7 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
             "steps": statistics.median(r["steps"] for r in rs),
             "train_seconds": summarize([r["train_seconds"] for r in rs]),
             "final_val_loss": summarize([r["final_val_loss"] for r in converged]) if converged else None,
-            "val_loss_at_equal_time": summarize(at_equal_time(converged))
-            if converged and at_equal_time(converged) else None,
+            "val_loss_at_equal_time": summarize(readings) if (readings := at_equal_time(converged)) else None,
         }
     reference = grid.rows[0].label
     comparisons = {}
@@ -273,8 +272,8 @@ def summarize_grid(grid: Grid, out: str | os.PathLike, command: list[str] | None
             "seeds": seeds,
             "final_val_loss": paired_difference([r["final_val_loss"] for r in mine],
                                                 [r["final_val_loss"] for r in theirs]),
-            "val_loss_at_equal_time": paired_difference(at_equal_time(mine), at_equal_time(theirs))
-            if at_equal_time(mine) and at_equal_time(theirs) else None,
+            "val_loss_at_equal_time": paired_difference(mine_then, theirs_then)
+            if (mine_then := at_equal_time(mine)) and (theirs_then := at_equal_time(theirs)) else None,
         }
     origins = [r["provenance"] for r in records.values()]
     return {
