@@ -28,7 +28,10 @@ except ImportError:  # pragma: no cover - older or rearranged torch
 
 def apply_function(function: type[torch.autograd.Function], *args):
     """``function.apply(*args)``, with every argument of ``forward`` given positionally."""
-    if _are_functorch_transforms_active is None or _are_functorch_transforms_active():
+    if (_are_functorch_transforms_active is None or torch.compiler.is_compiling()
+            or _are_functorch_transforms_active()):
+        # under a transform, or while torch.compile traces (Dynamo knows Function.apply, not
+        # the C++ call behind it): the public path
         return function.apply(*args)
     # what Function.apply does after binding the arguments, when no transform is active
     return super(torch.autograd.Function, function).apply(*unwrap_dead_wrappers(args))

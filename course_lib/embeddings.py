@@ -38,7 +38,9 @@ def _check_ids(ids: torch.Tensor, vocab_size: int) -> None:
         raise TypeError(f"ids must be a tensor of token ids, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
         raise TypeError(f"ids must hold integer token indices, got dtype {ids.dtype}")
-    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+    # not while torch.compile traces: a check on the values would split its graph in two (the
+    # table lookup still refuses an id outside it)
+    if ids.numel() and not torch.compiler.is_compiling() and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"ids must lie in [0, {vocab_size - 1}] (V = {vocab_size})")
 
 

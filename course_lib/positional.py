@@ -287,26 +287,29 @@ def _turn_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: 
 
     Each turned coordinate is written straight to its place in one new tensor (no
     concatenation), in the promoted dtype of x and the tables, laid out as
-    ``memory_format`` says (``torch.preserve_format``: as x, when x is dense). Not
-    recorded by autograd: :class:`_RopeFunction` differentiates it. Turning back by −θ
-    is the same call with −sin.
+    ``memory_format`` says (``torch.preserve_format``: as x, when x is dense). Under
+    ``torch.func.vmap`` or ``torch.compile`` the same numbers come from the plain formula,
+    laid out contiguously. Not recorded by autograd: :class:`_RopeFunction` differentiates
+    it. Turning back by −θ is the same call with −sin.
     """
     a, b = _pair_views(x, pairing)  # (..., T, D_h/2) each
-    try:
-        dtype = torch.promote_types(x.dtype, cos.dtype)
-        out = torch.empty_like(x, dtype=dtype, memory_format=memory_format)
-        new_a, new_b = _pair_views(out, pairing)  # (..., T, D_h/2) each: views of out,
-        # which has x's shape (..., T, D_h)
-        torch.mul(a, cos, out=new_a).sub_(b * sin)  # a cos − b sin
-        torch.mul(b, cos, out=new_b).add_(a * sin)  # b cos + a sin
-        return out
-    except RuntimeError:  # under vmap (torch.func.vmap, jacobian(vectorize=True)),
-        # whose batched tensors cannot be written into a plain one: the same numbers
-        new_a, new_b = a * cos - b * sin, a * sin + b * cos  # (..., T, D_h/2) each
-        if pairing == "half":
-            return torch.cat((new_a, new_b), dim=-1)  # (..., T, D_h)
-        pairs = torch.stack((new_a, new_b), dim=-1)  # (..., T, D_h/2, 2)
-        return pairs.reshape(x.shape)  # (..., T, D_h): x[2i], x[2i + 1]
+    if not torch.compiler.is_compiling():  # torch.compile cannot trace writes into views of out
+        try:
+            dtype = torch.promote_types(x.dtype, cos.dtype)
+            out = torch.empty_like(x, dtype=dtype, memory_format=memory_format)
+            new_a, new_b = _pair_views(out, pairing)  # (..., T, D_h/2) each: views of out,
+            # which has x's shape (..., T, D_h)
+            torch.mul(a, cos, out=new_a).sub_(b * sin)  # a cos − b sin
+            torch.mul(b, cos, out=new_b).add_(a * sin)  # b cos + a sin
+            return out
+        except RuntimeError:  # under vmap (torch.func.vmap, jacobian(vectorize=True)), whose
+            pass  # batched tensors cannot be written into a plain one: the same numbers below
+    # out of place, for vmap and for the compiler (which fuses these into one kernel)
+    new_a, new_b = a * cos - b * sin, a * sin + b * cos  # (..., T, D_h/2) each
+    if pairing == "half":
+        return torch.cat((new_a, new_b), dim=-1)  # (..., T, D_h)
+    pairs = torch.stack((new_a, new_b), dim=-1)  # (..., T, D_h/2, 2)
+    return pairs.reshape(x.shape)  # (..., T, D_h): x[2i], x[2i + 1]
 
 
 class _RopeFunction(torch.autograd.Function):

@@ -105,6 +105,8 @@ def parser() -> argparse.ArgumentParser:
                    help="number format of the forward and backward passes (default: the preset's, "
                         "auto: bfloat16 on a GPU that has it, float16 on one that does not, float32 "
                         "on a CPU)")
+    p.add_argument("--compile", action="store_true",
+                   help="run the training steps through torch.compile (compiling takes a while first)")
     p.add_argument("--device", default=None, metavar="DEV",
                    help="cpu or cuda (default: cuda when available, else cpu)")
     p.add_argument("--threads", type=positive_int, metavar="N", default=None,
@@ -139,7 +141,8 @@ def run(args: argparse.Namespace) -> dict:
     """Train as ``args`` say; return the log written to log.json."""
     model_config, train_config = get_preset(args.preset)
     changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed),
-                                 ("grad_accum", args.grad_accum), ("precision", args.precision))
+                                 ("grad_accum", args.grad_accum), ("precision", args.precision),
+                                 ("compile", args.compile or None))
                if v is not None}
     if changes:
         train_config = train_config.replace(**changes)

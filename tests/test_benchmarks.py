@@ -165,3 +165,36 @@ def test_speedrun_reads_the_recipes_whole_split_loss():
     speedrun = load_speedrun()
     line = "validation loss over the whole split (windows of 64): 1.9089 nats/char"
     assert float(speedrun.RECIPE_LOSS.search(f"done: 2000 steps\n{line}\n").group(1)) == 1.9089
+
+
+# --- benchmarks/compiled.py: what torch.compile buys -----------------------------------------------------
+
+COMPILED = SCRIPT.with_name("compiled.py")
+
+
+def test_the_compile_benchmark_runs_both_comparisons_with_whole_graphs(tmp_path):
+    """The smoke run compiles the training step and decoding, each into whole graphs (a graph
+    break would leave part of the model to Python: the data-dependent id check and RoPE's writes
+    into views once split the step into 14 graphs), and decodes the eager tokens."""
+    out = tmp_path / "compiled.json"
+    done = subprocess.run([sys.executable, str(COMPILED), "--smoke", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["smoke"] and report["decoding"]["identical"]
+    training, decoding = report["training"]["compiling"], report["decoding"]["compiling"]
+    assert (training["graphs"], training["breaks"]) == (1, 0)
+    assert decoding["graphs"] == 2 and decoding["breaks"] == 0  # the prompt, then one token at a time
+    for part in ("training", "decoding"):
+        median, low, high = report[part]["speedup"]
+        assert 0 < low <= median <= high
+
+
+def test_the_compile_benchmark_refuses_bad_options_in_one_line(capsys):
+    compiled = load_script(COMPILED)
+    for argv, fragment in ((["--rounds", "0"], "--rounds"), (["--device", "cuda"], "cuda")):
+        if fragment == "cuda" and torch.cuda.is_available():
+            continue
+        assert compiled.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "error:" in err[0] and fragment in err[0], err

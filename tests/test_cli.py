@@ -77,7 +77,7 @@ def test_help_explains_every_option(capsys):
     assert info.value.code == 0
     text = capsys.readouterr().out
     for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--precision", "--target-loss",
-                   "--device", "--threads",
+                   "--compile", "--device", "--threads",
                    "--resume",
                    "--no-progress", "shakespeare-cpu", "shakespeare-gpu"):
         assert option in text

@@ -160,6 +160,10 @@ class Trainer:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.step_model = DistributedDataParallel(model, device_ids=ids)
+        if config.compile:
+            # the steps run the compiled graph; evaluation, sampling and checkpoints use the
+            # model itself, whose parameters the compiled one shares (its state_dict keys unchanged)
+            self.step_model = torch.compile(self.step_model)
         self.train_data = train_data.to(self.device)
         self.val_data = val_data.to(self.device)
         for name, split in (("train_data", self.train_data), ("val_data", self.val_data)):

@@ -56,7 +56,9 @@ class TrainConfig:
     memory at a time. ``precision`` is the number format of the forward and backward passes
     (:mod:`~course_lib.training.precision`): ``"float32"``, ``"bfloat16"`` or ``"float16"`` autocast
     (float16 with a gradient scaler), or ``"auto"``: bfloat16 on a CUDA GPU that has it, float16 on
-    one that does not, float32 on a CPU.
+    one that does not, float32 on a CPU. ``compile`` runs the training steps through
+    :func:`torch.compile` (the same numbers, to float rounding, once compiled); evaluation and
+    checkpoints use the model itself.
     """
 
     batch_size: int = 32
@@ -77,6 +79,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     cooldown: float | None = None  # None: cosine decay; f: constant, then linear over the last f
     eval_context: int | None = None  # None: the training context
+    compile: bool = False  # the training steps' forward and backward through torch.compile
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "context", "steps", "eval_interval", "eval_batch_size"):
@@ -114,6 +117,8 @@ class TrainConfig:
             _positive_int("eval_context", self.eval_context)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
 
     def replace(self, **changes) -> TrainConfig:
         """A copy with some fields changed (validated again)."""
