@@ -290,6 +290,14 @@ def test_a_config_field_added_with_its_default_leaves_records_valid():
     assert not same_spec(older, changed)  # a field set away from its default is a change
     assert not same_spec(current, spec(grid, Row("a", TINY, TINY_RUN.replace(lr=1e-3))))
     assert not same_spec(None, current) and not same_spec("spec", current)
+    # in a grid with a budget row, the budget row's configs too
+    budget_grid = tiny_grid(budget_row="a")
+    current = spec(budget_grid, budget_grid.rows[1])
+    older = json.loads(json.dumps(current))
+    del older["budget"]["train_config"]["grad_clip"], older["budget"]["model_config"]["dropout"]
+    assert same_spec(older, current)
+    older["budget"]["train_config"]["lr"] = 1e-3
+    assert not same_spec(older, current)
 
 
 def test_an_interrupted_grid_resumes_to_the_same_records(tmp_path, monkeypatch):

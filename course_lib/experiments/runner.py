@@ -79,12 +79,14 @@ def same_spec(recorded: dict | None, current: dict) -> bool:
     if not isinstance(recorded, dict):
         return False
 
-    def canonical(s: dict) -> dict:
+    def canonical(s: dict) -> dict:  # the run's configs and its budget row's
         out = dict(s)
         if isinstance(out.get("model_config"), dict):
             out["model_config"] = _without_defaults(out["model_config"], ModelConfig)
         if isinstance(out.get("train_config"), dict):
             out["train_config"] = _without_defaults(out["train_config"], TrainConfig)
+        if isinstance(out.get("budget"), dict):
+            out["budget"] = canonical(out["budget"])
         return out
 
     return canonical(recorded) == canonical(current)
