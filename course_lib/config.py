@@ -55,6 +55,12 @@ class ModelConfig:
     the identity map (modded-nanogpt). ``logit_softcap`` c: the logits become c·tanh(z/c), bounded
     by ±c and close to z where |z| ≪ c (Gemma 2, Gemma Team 2024). ``ffn="relu2"`` is the FFN with
     ReLU(x)² (So et al., 2021).
+
+    ``bigram_embed``: a second table, one row of D per pair (previous token, token), added to the
+    token embedding: x_t = E[id_t] + B[id_{t−1}·V + id_t], with id_{−1} = V (no previous token: the
+    first position of a sequence, or of a window), so (V + 1)·V rows, all starting at zero. It
+    gives the first block what a previous-token head would have to learn; a lookup, it costs no
+    FLOPs to speak of but (V + 1)·V·D parameters (cheap at V = 65 characters, not at 32,000 tokens).
     """
 
     vocab_size: int
@@ -79,6 +85,7 @@ class ModelConfig:
     qk_norm: bool = False  # RMS-normalise each query and key vector (no gain) before the scores
     zero_init_out: bool = False  # w_o and w_down start at zero: every block starts as the identity
     logit_softcap: float | None = None  # c: logits → c·tanh(logits / c); None = no cap
+    bigram_embed: bool = False  # add B[previous id · V + id], a row per pair of tokens (see above)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -129,7 +136,7 @@ class ModelConfig:
             if not (self.logit_softcap > 0 and math.isfinite(self.logit_softcap)):
                 raise ValueError(f"logit_softcap ({self.logit_softcap}) must be positive and finite: "
                                  f"the logits' bound c in c·tanh(z / c)")
-        for name in ("tie_embeddings", "bias", "qk_norm", "zero_init_out"):
+        for name in ("tie_embeddings", "bias", "qk_norm", "zero_init_out", "bigram_embed"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

@@ -52,11 +52,15 @@ class ParamCount:
     norms: int
     lm_head: int
     per_block: dict[str, int]
+    bigram: int = 0  # the bigram table, (V + 1)·V·D with ``bigram_embed``
 
     def as_dict(self) -> dict[str, int]:
-        """The model-wide components (without ``per_block``)."""
+        """The model-wide components (without ``per_block``, and without ``bigram`` where the
+        model has no bigram table)."""
         d = asdict(self)
         d.pop("per_block")
+        if not d["bigram"]:
+            d.pop("bigram")
         return d
 
 
@@ -90,7 +94,8 @@ def count_params(config: ModelConfig) -> ParamCount:
 
     Per block: attention (w_q, w_k, w_v, w_o), FFN, two norms. Model: token embedding V·D, learned
     positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm (pre-norm only: a
-    post-norm stack already ends normalised), and an LM head V·D unless it is tied to the embedding.
+    post-norm stack already ends normalised), an LM head V·D unless it is tied to the embedding,
+    and with ``bigram_embed`` a bigram table (V + 1)·V·D.
     """
     c = _check_config(config)
     per_block = {"attention": _attention_params(c), "ffn": _ffn_params(c), "norms": 2 * _norm_params(c)}
@@ -104,6 +109,7 @@ def count_params(config: ModelConfig) -> ParamCount:
         "ffn": c.n_layers * per_block["ffn"],
         "norms": c.n_layers * per_block["norms"] + (_norm_params(c) if c.placement == "pre" else 0),
         "lm_head": lm_head,
+        "bigram": (c.vocab_size + 1) * c.vocab_size * c.d_model if c.bigram_embed else 0,
     }
     return ParamCount(total=sum(parts.values()), per_block=per_block, **parts)
 

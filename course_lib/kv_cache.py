@@ -67,6 +67,7 @@ class ConcatKVCache:
             raise ValueError(f"n_layers ({n_layers}) must be a positive int")
         self.n_layers = n_layers
         self.length = 0  # positions stored in every layer after the last advance()
+        self.last_ids: torch.Tensor | None = None  # (B, 1): the newest token (a bigram embedding's)
         self.k: list[torch.Tensor | None] = [None] * n_layers
         self.v: list[torch.Tensor | None] = [None] * n_layers
 
@@ -99,6 +100,7 @@ class ConcatKVCache:
     def reset(self) -> None:
         """Forget every position (and free the tensors)."""
         self.length = 0
+        self.last_ids = None
         self.k = [None] * self.n_layers
         self.v = [None] * self.n_layers
 
@@ -131,6 +133,7 @@ class KVCache:
         self.v = [torch.zeros(shape, **new) for _ in range(n_layers)]  # values
         self.n_layers, self.max_len = n_layers, max_len
         self.length = 0  # positions 0 … length − 1 are filled in every layer
+        self.last_ids: torch.Tensor | None = None  # (B, 1): the newest token (a bigram embedding's)
 
     @classmethod
     def for_model(cls, config, batch: int, max_len: int | None = None, *,
@@ -177,6 +180,7 @@ class KVCache:
     def reset(self) -> None:
         """Forget every position (the buffers are reused)."""
         self.length = 0
+        self.last_ids = None
 
     def nbytes(self) -> int:
         """Bytes of the buffers: 2 · N · B · H_kv · max_len · D_h · element size."""

@@ -61,6 +61,8 @@ class DecoderLM(nn.Module):
             )
         self.config = config
         self.embed = TokenEmbedding(config.vocab_size, config.d_model, init_std=config.init_std)
+        if config.bigram_embed:  # a row per (previous token or none, token), all zero at first
+            self.bigram = nn.Embedding((config.vocab_size + 1) * config.vocab_size, config.d_model)
         if config.positional == "learned":
             self.pos_embed = LearnedPositionalEmbedding(config.max_seq_len, config.d_model,
                                                         init_std=config.init_std)
@@ -68,6 +70,8 @@ class DecoderLM(nn.Module):
         self.norm = build_norm(config) if config.placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         gpt2_init_(self, config.n_layers, std=config.init_std)
+        if config.bigram_embed:  # after gpt2_init_, which draws every nn.Embedding
+            nn.init.zeros_(self.bigram.weight)
         if config.zero_init_out:  # every block starts as the identity: x + 0 + 0
             with torch.no_grad():
                 for block in self.blocks:
@@ -85,7 +89,8 @@ class DecoderLM(nn.Module):
         """ids (B, T) of token indices → logits (B, T, V); softmax(logits[:, t]) is the
         model's distribution for the token at position t + 1.
 
-            x = E[ids] (+ P[positions])  →  x = block_ℓ(x), ℓ = 1 … N
+            x = E[ids] (+ B[previous ids · V + ids]) (+ P[positions])
+                                         →  x = block_ℓ(x), ℓ = 1 … N
                                          →  logits = Norm(x) W_headᵀ
                                             (→ c·tanh(logits / c) with ``logit_softcap`` c)
 
@@ -115,6 +120,8 @@ class DecoderLM(nn.Module):
             # for the position encoding only
             positions = _check_positions(positions, T).to(ids.device)  # (T,)
         x = self.embed(ids)  # (B, T, D)
+        if c.bigram_embed:
+            x = x + self.bigram(self._bigram_ids(ids, cache))  # (B, T, D)
         cos = sin = None
         if c.positional == "rope":
             cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta,
@@ -144,6 +151,21 @@ class DecoderLM(nn.Module):
         if c.logit_softcap is not None:  # bounded by ±c, ≈ logits where |logits| ≪ c
             logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)  # (B, T, V)
         return logits
+
+    def _bigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """Each position's row of the bigram table, previous id · V + id (B, T), the previous id
+        of the first position being the cache's newest token or, with none, V ("no token")."""
+        V = self.config.vocab_size
+        first = ids.new_full((ids.shape[0], 1), V)  # (B, 1): no token before the first
+        if cache is not None:
+            if cache.length and cache.last_ids is None:
+                raise ValueError("a model with bigram_embed needs a cache its own forward filled: "
+                                 "this one holds positions but not the token before the new ones")
+            if cache.length:
+                first = cache.last_ids  # (B, 1)
+            cache.last_ids = ids[:, -1:]  # (B, 1): the token before the next call's first
+        previous = torch.cat([first, ids[:, :-1]], dim=1)  # (B, T): id_{t−1}, V before the first
+        return previous * V + ids  # (B, T)
 
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""

@@ -237,3 +237,91 @@ def test_eval_context_sets_the_evaluation_windows():
         Trainer(model, data, data, run.replace(eval_context=64), progress=False)
     with pytest.raises(ValueError, match="eval_context"):
         TrainConfig(eval_context=0)
+
+
+# ------------------------------------------------------------------------------- a bigram embedding
+
+BIGRAM = SMALL.replace(bigram_embed=True)
+
+
+def _with_random_bigram_table(seed: int = 0) -> DecoderLM:
+    torch.manual_seed(seed)
+    model = DecoderLM(BIGRAM).eval()
+    with torch.no_grad():
+        model.bigram.weight.normal_(0, 0.5)
+    return model
+
+
+def test_each_position_reads_the_row_of_its_previous_token_and_itself():
+    V = BIGRAM.vocab_size
+    model = DecoderLM(BIGRAM)
+    ids = torch.tensor([[3, 5, 7], [0, 0, V - 1]])
+    assert model._bigram_ids(ids, None).tolist() == [[V * V + 3, 3 * V + 5, 5 * V + 7],
+                                                     [V * V + 0, 0 * V + 0, 0 * V + V - 1]]
+    assert model.bigram.weight.shape == ((V + 1) * V, BIGRAM.d_model)
+    # the embedding the blocks see is E[id] + B[row]
+    model = _with_random_bigram_table()
+    seen = {}
+    hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    expected = model.embed(ids) + model.bigram.weight[model._bigram_ids(ids, None)]
+    torch.testing.assert_close(seen["x"], expected)
+
+
+def test_a_new_bigram_table_is_zero_so_the_model_starts_as_without_it():
+    model = DecoderLM(BIGRAM)
+    assert torch.count_nonzero(model.bigram.weight) == 0
+    plain = DecoderLM(SMALL)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("bigram")})
+    ids = torch.randint(0, BIGRAM.vocab_size, (2, 16))
+    torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cache", ["preallocated", "concat"])
+def test_cached_decoding_with_a_bigram_table_matches_decoding_without_a_cache(cache):
+    """The cache carries the newest token, so that the first new position reads the right row; a
+    window refilled from the text starts again from "no token", as every training window does."""
+    model = _with_random_bigram_table()
+    prompt = torch.randint(0, BIGRAM.vocab_size, (2, 5), generator=torch.Generator().manual_seed(1))
+    uncached = model.generate(prompt, 20, use_cache=False)
+    assert torch.equal(model.generate(prompt, 20, cache=cache), uncached)
+    # past the window (64): the cache is emptied and refilled, as the uncached window slides
+    long = model.generate(prompt, 70, use_cache=False)
+    assert torch.equal(model.generate(prompt, 70, cache=cache), long)
+
+
+def test_a_cache_filled_without_its_newest_token_is_refused():
+    model = _with_random_bigram_table()
+    cache = KVCache.for_model(BIGRAM, 1, 16)
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]), cache=cache)
+        cache.last_ids = None  # as a cache filled by another model would be
+        with pytest.raises(ValueError, match="bigram_embed"):
+            model(torch.tensor([[4]]), cache=cache)
+    cache.reset()
+    assert cache.length == 0 and cache.last_ids is None
+
+
+def test_the_bigram_table_is_counted_trained_by_adamw_and_only_its_used_rows_learn():
+    V, D = BIGRAM.vocab_size, BIGRAM.d_model
+    model = DecoderLM(BIGRAM)
+    counts = count_params(BIGRAM)
+    assert counts.bigram == (V + 1) * V * D and count_params(SMALL).bigram == 0
+    assert counts.total == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    assert counts.total - count_params(SMALL).total == counts.bigram
+    optimizer = make_optimizer(model, TrainConfig(batch_size=2, context=8, optimizer="muon"))
+    assert isinstance(optimizer, CombinedOptimizer)
+    in_muon = {id(p) for g in optimizer.optimizers["muon"].param_groups for p in g["params"]}
+    assert id(model.bigram.weight) not in in_muon  # an embedding: AdamW's, like the token table
+    ids = torch.tensor([[3, 5, 7, 5]])
+    F.cross_entropy(model(ids).flatten(0, 1), torch.tensor([5, 7, 5, 3])).backward()
+    used = {V * V + 3, 3 * V + 5, 5 * V + 7, 7 * V + 5}
+    nonzero = set(torch.nonzero(model.bigram.weight.grad.abs().sum(-1)).flatten().tolist())
+    assert nonzero == used  # the rows of the pairs present, and no others
+
+
+def test_bigram_embed_must_be_a_bool():
+    with pytest.raises(TypeError, match="bigram_embed"):
+        SMALL.replace(bigram_embed="yes")
