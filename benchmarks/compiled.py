@@ -30,6 +30,7 @@ import argparse
 import copy
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -82,7 +83,7 @@ def bench_training(rounds: int, sizes: Sizes, device: torch.device) -> dict:
     sync = synchronizer(device)
     compiling = _compiled_first_call(steps["compiled"], sync)
     samples = round_robin_samples(steps, rounds, warmup=2, sync=sync)
-    seconds = {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
+    seconds = {name: statistics.median(s) for name, s in samples.items()}
     return {"ms_per_step": {name: 1e3 * t for name, t in seconds.items()},
             "tokens_per_second": {name: batch * T / t for name, t in seconds.items()},
             "speedup": paired_ratio(samples["eager"], samples["compiled"]),
@@ -103,7 +104,7 @@ def bench_decoding(rounds: int, sizes: Sizes, device: torch.device) -> dict:
     compiling = _compiled_first_call(runs["compiled"], sync)
     identical = torch.equal(runs["eager"](), runs["compiled"]())
     samples = round_robin_samples(runs, rounds, warmup=1, sync=sync)
-    seconds = {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
+    seconds = {name: statistics.median(s) for name, s in samples.items()}
     return {"ms_per_token": {name: 1e3 * t / sizes.new_tokens for name, t in seconds.items()},
             "speedup": paired_ratio(samples["eager"], samples["compiled"]),
             "identical": identical, "compiling": compiling, "rounds": rounds}
