@@ -232,6 +232,19 @@ def test_the_short_speedrun_grid_ends_at_the_preset():
         assert len(changed - allowed) == 1, f"{row.label}: changes {sorted(changed)}"
 
 
+def test_the_long_speedrun_grid_is_the_preset_then_four_changes():
+    """speedrun-long: the recipe, the short grid's last row (the preset) given the recipe's whole
+    time, then the four changes its label and chapter 13 name, and nothing else."""
+    grid, short = get_grid("speedrun-long"), get_grid("speedrun-short")
+    assert grid.budget_row == "recipe" and grid.budget_fraction == 1
+    assert grid.rows[0] == short.rows[0] == GRIDS["speedrun"].rows[0]
+    assert grid.evaluations == GRIDS["speedrun"].evaluations  # so that the recipe's runs are the same
+    preset, last = grid.rows[1], grid.rows[2]
+    assert (preset.model, preset.train) == (short.rows[-1].model, short.rows[-1].train)
+    assert last.model == preset.model.replace(bigram_embed=True)
+    assert last.train == preset.train.replace(batch_size=48, lr=1.2e-2, min_lr=0.0)
+
+
 def test_the_speedrun_rows_change_one_thing_each():
     """Each row of the speedrun grid differs from the row above it in the one thing its label names
     (SwiGLU and ReLU² change d_ff with the activation, to keep the parameters)."""
