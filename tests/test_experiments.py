@@ -435,9 +435,16 @@ def _first_record(grid: Grid, row: Row) -> dict:
     return json.loads(Path(record_path(COMMITTED, grid, row, grid.seeds[0])).read_text())
 
 
+def _config(cls, values: dict):
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
 def _run_key(record: dict) -> str:
-    """What determines a run: its model, its train config (steps included) and its seed."""
-    return json.dumps([record["model_config"], record["train_config"], record["seed"]], sort_keys=True)
+    """What determines a run: its model, its train config (steps included) and its seed, every field
+    spelled out (a record made before a field existed holds it at its default)."""
+    return json.dumps([dataclasses.asdict(_config(ModelConfig, record["model_config"])),
+                       dataclasses.asdict(_config(TrainConfig, record["train_config"])),
+                       record["seed"]], sort_keys=True)
 
 
 _REPLAYS: dict[str, dict] = {}  # run key -> the replayed prefix, shared by grids that hold the same run
@@ -462,7 +469,7 @@ def test_a_committed_grid_reproduces(name):
 
     row = min(grid.rows, key=cost)
     record = _first_record(grid, row)
-    train = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["train_config"].items()})
+    train = _config(TrainConfig, record["train_config"])
     until = train.eval_interval
     key = _run_key(record)
     if key not in _REPLAYS:
@@ -504,17 +511,21 @@ def test_report_table_and_curves(tmp_path):
 
 
 def test_the_same_run_in_two_committed_grids_has_the_same_numbers():
-    """The modern block of the architecture grid and the σ = 1/√D row of the initial-scale grid
-    are one configuration, run in different processes at different times: their records agree
-    to the last bit, as determinism promises."""
-    arch, init = GRIDS["arch"], GRIDS["init-scale"]
-    assert arch.row("modern").model == init.row("sigma=1-sqrtD").model
-    assert arch.row("modern").train == init.row("sigma=1-sqrtD").train
-    _, arch_records = load_results("arch")
-    _, init_records = load_results("init-scale")
-    for seed in init.seeds:
-        a, b = arch_records[("modern", seed)], init_records[("sigma=1-sqrtD", seed)]
-        assert [h["val_loss"] for h in a["history"]] == [h["val_loss"] for h in b["history"]]
+    """A run that two grids hold (the modern block of ``arch`` and the σ = 1/√D row of
+    ``init-scale``; the recipe of ``speedrun`` and of ``speedrun-long``) was run in different
+    processes at different times: its records agree to the last bit, as determinism promises."""
+    holders: dict[str, list[tuple[str, dict]]] = {}
+    for name in GRIDS:
+        for (label, seed), record in load_results(name)[1].items():
+            holders.setdefault(_run_key(record), []).append((f"{name}/{label}/s{seed}", record))
+    shared = {key: runs for key, runs in holders.items() if len(runs) > 1}
+    names = {where.split("/")[0] for runs in shared.values() for where, _ in runs}
+    assert {"arch", "init-scale", "speedrun", "speedrun-long"} <= names
+    for runs in shared.values():
+        (first, a), *others = runs
+        for where, b in others:
+            assert [h["val_loss"] for h in a["history"]] == [h["val_loss"] for h in b["history"]], \
+                f"{first} and {where}"
 
 
 def test_every_committed_record_is_tracked_by_git():
