@@ -64,7 +64,6 @@ that explain a miss.
 
 # Annotations are evaluated (no `from __future__ import annotations`): the tests import this script
 # from its file without registering it in sys.modules, where dataclasses look string annotations up.
-import argparse
 import ctypes
 import os
 import platform
@@ -82,6 +81,7 @@ from torch.profiler import profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import counting
+from course_lib._cli import OneLineParser
 from course_lib._io import write_json
 from course_lib.device import usable_device
 from course_lib.block import TransformerBlock
@@ -446,7 +446,7 @@ def _split(shares: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="benchmarks/benchmark.py", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: one per core on a CPU; left alone on a GPU)")

@@ -26,7 +26,6 @@ the median of the per-round ratios with a bootstrap 95 % interval (benchmark.py'
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import platform
@@ -40,6 +39,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmark import SMOKE, Sizes, paired_ratio, pin_heap, round_robin_samples, synchronizer  # noqa: E402
 
+from course_lib._cli import OneLineParser  # noqa: E402
 from course_lib._io import write_json  # noqa: E402
 from course_lib.config import ModelConfig  # noqa: E402
 from course_lib.device import usable_device  # noqa: E402
@@ -111,7 +111,7 @@ def bench_decoding(rounds: int, sizes: Sizes, device: torch.device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="benchmarks/compiled.py", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: one per core on a CPU; left alone on a GPU)")

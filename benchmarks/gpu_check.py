@@ -83,6 +83,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib._cli import OneLineParser
 from course_lib._io import atomic_write, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -731,11 +732,6 @@ def run_check(out: Path, dry_run: bool, budget_seconds: float, stages: list[list
     return report["exit_status"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument ends with one line (no usage block) and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{PROG}: error: {message}\n")
 
 
 def _minutes(text: str) -> float:
@@ -749,7 +745,7 @@ def _minutes(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="folder of the report and of what the steps write (default: runs/gpu_check, "
                              "or runs/gpu_check-dry-run)")

@@ -34,7 +34,6 @@ that cannot be used ends the script with a one-line error and exit status 2.
 
 # Annotations are evaluated (no `from __future__ import annotations`): the tests import this script
 # from its file without registering it in sys.modules, where dataclasses look string annotations up.
-import argparse
 import contextlib
 import math
 import sys
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from course_lib._cli import OneLineParser
 from course_lib.config import ModelConfig
 from course_lib.data import eval_windows, load_char_data
 from course_lib.device import usable_device
@@ -102,7 +102,7 @@ def get_lr(it: int, shape: Shape = CPU) -> float:  # nanoGPT's train.py
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="benchmarks/nanogpt_recipe.py", description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="cpu",
                         help="nanoGPT's CPU run (default), its GPU run, or a tiny smoke-test shape")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")

@@ -26,7 +26,6 @@ also writes them to a file. Ends with a non-zero status when a target is missed.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -39,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from course_lib._cli import OneLineParser
 from course_lib._io import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def run_preset() -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="benchmarks/speedrun.py", description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (default 3, at least 3)")
     parser.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     args = parser.parse_args(argv)

@@ -15,14 +15,15 @@ import sys
 
 import torch
 
+from ._cli import OneLineParser
 from .data import CharTokenizer
 from .device import usable_device
 from .training import CheckpointError, load_checkpoint, model_config_from_dict
-from .train import CHECKPOINT, _Parser, non_negative_float, non_negative_int, positive_int, probability
+from .train import CHECKPOINT, non_negative_float, non_negative_int, positive_int, probability
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m course_lib.sample", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m course_lib.sample", description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", metavar="CHECKPOINT",
                    help=f"a checkpoint written by python -m course_lib.train, or the folder holding its {CHECKPOINT}")
     p.add_argument("--prompt", default="\n",

@@ -34,6 +34,7 @@ import time
 
 import torch
 
+from ._cli import OneLineParser
 from ._io import write_json
 from .data import CorpusError, load_char_data
 from .device import usable_device
@@ -44,11 +45,6 @@ CHECKPOINT = "checkpoint.pt"
 LOG = "log.json"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument ends with one line (no usage block) and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _parsed(text: str, kind: type, ok, rule: str):
@@ -83,7 +79,7 @@ def probability(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m course_lib.train", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="python -m course_lib.train", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="presets:\n" + "\n".join(f"  {name:16} {_describe(name)}" for name in PRESETS))
     p.add_argument("--preset", default="shakespeare-cpu", metavar="NAME",

@@ -189,3 +189,29 @@ def test_resume_continues_a_finished_run_in_place(capsys, trained, tmp_path):
     assert "done: step 20" in capsys.readouterr().out  # nothing left to do: the same final record
     one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--out", str(run_dir), "--resume", "--steps", "30"],
                    "train_config.steps is 20, but this run's is 30")
+
+
+def test_a_bad_argument_ends_in_one_line_with_status_2(capsys):
+    from course_lib._cli import OneLineParser
+
+    parser = OneLineParser(prog="some-command")
+    parser.add_argument("--rounds", type=int)
+    for argv in (["--bogus"], ["--rounds", "many"]):
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("some-command: error: ") and err.count("\n") == 1, err
+
+
+def test_every_command_line_uses_the_one_line_parser():
+    """A plain ArgumentParser answers a bad argument with its usage block too: every command line of
+    course_lib and benchmarks/ builds its parser from OneLineParser."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sources = [*root.glob("course_lib/**/*.py"), *root.glob("benchmarks/*.py")]
+    plain = [p.relative_to(root).as_posix() for p in sources
+             if "ArgumentParser(" in p.read_text() and p.name != "_cli.py"]
+    assert plain == [], f"parsers that are not OneLineParser: {plain}"
+    assert any("OneLineParser(" in p.read_text() for p in sources if p.name == "gpu_check.py")

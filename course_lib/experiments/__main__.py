@@ -16,17 +16,13 @@ import argparse
 import shlex
 import sys
 
+from .._cli import OneLineParser
 from .grids import GRIDS, IN_PROGRESS, get_grid
 from .runner import default_workers, run_grid
 
 PROG = "python -m course_lib.experiments"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument ends with one line (no usage block) and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _positive_int(text: str) -> int:
@@ -40,7 +36,7 @@ def _positive_int(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("name", nargs="?", metavar="NAME", help="the grid to run (see --list)")
     p.add_argument("--out", default="runs/experiments", metavar="DIR",
                    help="output folder (default: runs/experiments; the book's results live in "

@@ -18,7 +18,6 @@ deterministic: the same command, thread count, torch and CPU give the same weigh
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -30,6 +29,7 @@ from collections.abc import Callable
 
 import torch
 
+from .._cli import OneLineParser
 from .._io import atomic_write
 from ..config import ModelConfig
 from ..data import get_batch, load_char_data, repeated_passages
@@ -150,15 +150,10 @@ def load_copying_model(path: str | os.PathLike | None = None,
     return model.to(device).eval(), state
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument ends with one line and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m course_lib.experiments.copying",
+    parser = OneLineParser(prog="python -m course_lib.experiments.copying",
                      description="Train chapter 12's copying model and write OUT/copying/model.pt.")
     parser.add_argument("--out", default=RESULTS, metavar="DIR",
                         help="results folder (default: the package's own, where the committed model lives)")
