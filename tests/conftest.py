@@ -10,10 +10,12 @@ the unit tests (2 cores, one budget):
   (the script empties the cache when course_lib has changed since it was filled);
 - the Colab-like run of the reader notebooks and released exercises, book/_tools/colab_run.py, in a fresh
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
+- the start of one committed run of each experiment grid, trained again (tests/replay_grids.py,
+  for tests/test_experiments.py's reproduction test);
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
   (tests/test_site_browser.py).
 
-The tests that wait for them run last: Colab, then the book, then the browser.
+The tests that wait for them run last: the replayed grids, Colab, then the book, then the browser.
 
 Every torch process of the suite (this one, the nbgrader kernels, the book build's kernels, the
 Colab-like run) uses one thread: the jobs above share two cores, and torch's worker threads spin
@@ -102,6 +104,31 @@ def wait_for_colab_run(timeout: float = 3600) -> tuple[dict, str]:
     return json.loads(report.read_text()), log
 
 
+# ------------------------------------------------------------------------------ committed grids
+
+REPLAYS_OUT = ROOT / "_build" / "replays.json"
+REPRODUCES = "tests/test_experiments.py::test_a_committed_grid_reproduces"
+
+
+def start_replays(names: list[str]) -> None:
+    """Re-run the start of one committed run of each grid in ``names``, in the background
+    (tests/replay_grids.py): minutes of training that share the cores with the book build instead
+    of lengthening the tests that run in this process."""
+    if "replays" not in _jobs:
+        REPLAYS_OUT.unlink(missing_ok=True)
+    _start("replays", [sys.executable, str(ROOT / "tests" / "replay_grids.py"), str(REPLAYS_OUT), *names])
+
+
+def wait_for_replays(timeout: float = 1800) -> dict:
+    """The replayed runs, per grid (see tests/replay_grids.py)."""
+    if "replays" not in _jobs:
+        raise RuntimeError("the replays of the committed grids were not started at collection")
+    code, log = _wait("replays", timeout)
+    if code != 0 or not REPLAYS_OUT.is_file():
+        raise RuntimeError(f"tests/replay_grids.py exited with {code}:\n{log[-3000:]}")
+    return json.loads(REPLAYS_OUT.read_text())
+
+
 # --------------------------------------------------------------------------------------- chromium
 
 
@@ -152,7 +179,8 @@ def pytest_collection_modifyitems(session, config, items):
 
     grading = in_file(GRADING)
     colab, book, browser = in_file("test_colab.py"), in_file("test_book.py"), in_file("test_site_browser.py")
-    waiting = colab + book + browser
+    replayed = [item for item in items if item.nodeid.startswith(REPRODUCES)]
+    waiting = replayed + colab + book + browser
     items[:] = grading + [item for item in items if item not in grading and item not in waiting] + waiting
     if colab:
         notebooks = sorted({item.callspec.params["notebook"] for item in colab
@@ -161,6 +189,9 @@ def pytest_collection_modifyitems(session, config, items):
             notebooks or [f"book/colab/{sorted((ROOT / 'book').glob('0*.ipynb'))[0].name}"]))
     if book or browser:
         _after_grading.append(start_book_build)
+    if replayed:
+        names = [item.callspec.params["name"] for item in replayed]
+        _after_grading.append(lambda: start_replays(names))
     if browser:
         start_chromium_install()
     if not grading:

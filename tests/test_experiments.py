@@ -23,6 +23,9 @@ from course_lib.experiments import __main__ as cli
 from course_lib.experiments import runner as runner_module
 from course_lib.training import TrainConfig, get_preset
 
+from conftest import wait_for_replays
+from replay_grids import chosen_run, run_key
+
 ROOT = Path(__file__).resolve().parents[1]
 # What a run executes: the model, the data, the training loop and the runner (a record whose
 # provenance lists one of these as uncommitted did not come from its commit's code).
@@ -431,54 +434,28 @@ def test_every_grid_is_committed_complete_and_current(name):
         assert not touched, f"{name} {record['row']} s{record['seed']}: trained with uncommitted {touched}"
 
 
-def _first_record(grid: Grid, row: Row) -> dict:
-    return json.loads(Path(record_path(COMMITTED, grid, row, grid.seeds[0])).read_text())
-
-
-def _config(cls, values: dict):
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-
-
-def _run_key(record: dict) -> str:
-    """What determines a run: its model, its train config (steps included) and its seed, every field
-    spelled out (a record made before a field existed holds it at its default)."""
-    return json.dumps([dataclasses.asdict(_config(ModelConfig, record["model_config"])),
-                       dataclasses.asdict(_config(TrainConfig, record["train_config"])),
-                       record["seed"]], sort_keys=True)
-
-
-_REPLAYS: dict[str, dict] = {}  # run key -> the replayed prefix, shared by grids that hold the same run
+@pytest.fixture(scope="module")
+def replays():
+    return wait_for_replays()
 
 
 @pytest.mark.parametrize("name", list(GRIDS))
-def test_a_committed_grid_reproduces(name):
-    """Re-run one committed run of a grid for its first evaluation interval with the record's own
-    train config and thread count: on the machine and torch that made the record the losses agree
-    exactly; elsewhere (another CPU's kernels) to rounding. The run is the first seed of the row
-    whose first evaluation came soonest (in a grid with a budget row, the rows differ sixfold),
-    unless a row is the same run as one in another grid (the modern block of ``arch`` and the
-    σ = 1/√D row of ``init-scale``): then that row, replayed once for both grids."""
-    grid = GRIDS[name]
-    elsewhere = [_run_key(_first_record(other, row)) for other in GRIDS.values() if other is not grid
-                 for row in other.rows]
-
-    def cost(row):  # shared runs first, then the soonest first evaluation
-        record = _first_record(grid, row)
-        return (_run_key(record) not in elsewhere,
-                record["train_config"]["eval_interval"] * record["train_seconds"] / record["steps"])
-
-    row = min(grid.rows, key=cost)
-    record = _first_record(grid, row)
-    train = _config(TrainConfig, record["train_config"])
-    until = train.eval_interval
-    key = _run_key(record)
-    if key not in _REPLAYS:
-        _REPLAYS[key] = run_one(grid, row, record["seed"], train_config=train, until=until)
-    again = _REPLAYS[key]
+def test_a_committed_grid_reproduces(name, replays):
+    """One committed run of each grid, re-run for its first evaluation interval with the record's
+    own train config and thread count (tests/replay_grids.py, run in the background: which run,
+    and why, is its ``chosen_run``): on the machine and torch that made the record the losses agree
+    exactly; elsewhere (another CPU's kernels) to rounding."""
+    grid, row, record = chosen_run(name)
+    again = replays.get(name)
+    assert again is not None, f"{name} was not replayed"
+    assert (again["row"], again["seed"]) == (row.label, record["seed"])
+    until = again["until"]
+    assert until == record["train_config"]["eval_interval"]
     committed = [h for h in record["history"] if h["step"] <= until]
     prov = record["provenance"]
     same_machine = (prov["cpu"], prov["torch"], prov["threads"]) == (again["provenance"]["cpu"], torch.__version__,
                                                                     again["provenance"]["threads"])
+    assert committed, f"{name}: the record has no evaluation up to step {until}"
     for old, new in zip(committed, again["history"], strict=True):
         assert old["step"] == new["step"]
         if same_machine:
@@ -517,7 +494,7 @@ def test_the_same_run_in_two_committed_grids_has_the_same_numbers():
     holders: dict[str, list[tuple[str, dict]]] = {}
     for name in GRIDS:
         for (label, seed), record in load_results(name)[1].items():
-            holders.setdefault(_run_key(record), []).append((f"{name}/{label}/s{seed}", record))
+            holders.setdefault(run_key(record), []).append((f"{name}/{label}/s{seed}", record))
     shared = {key: runs for key, runs in holders.items() if len(runs) > 1}
     names = {where.split("/")[0] for runs in shared.values() for where, _ in runs}
     assert {"arch", "init-scale", "speedrun", "speedrun-long"} <= names
