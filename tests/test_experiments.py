@@ -24,7 +24,7 @@ from course_lib.experiments import runner as runner_module
 from course_lib.training import TrainConfig, get_preset
 
 from conftest import wait_for_replays
-from replay_grids import chosen_run, run_key
+from replay_grids import COMMITTED, chosen_run, run_key
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a run executes: the model, the data, the training loop and the runner (a record whose
@@ -34,7 +34,6 @@ TRAINING_CODE = tuple(f"course_lib/{name}" for name in (
     "norms.py", "positional.py", "residual.py", "kv_cache.py", "sampling.py", "checkpointing.py", "_autograd.py",
     "_io.py", "training/", "experiments/run.py", "experiments/runner.py", "experiments/grid.py",
     "experiments/grids.py", "experiments/probes.py"))
-COMMITTED = ROOT / "course_lib" / "experiments" / "results"
 
 TINY = ModelConfig(vocab_size=65, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16,
                    tie_embeddings=True, init_std=0.25)
