@@ -20,7 +20,8 @@ def record(row, seed, curve, fraction_per_step=0.01):
     """A record with validation losses ``curve`` at steps 10, 20, …"""
     history = [{"step": 10 * (i + 1), "val_loss": loss} for i, loss in enumerate(curve)]
     return {"row": row, "seed": seed, "history": history, "final_val_loss": curve[-1], "steps": 10 * len(curve),
-            "budget": {"row": "base", "fraction_per_step": fraction_per_step}}
+            "budget": {"row": "base", "fraction_per_step": fraction_per_step,  # base: 30 steps of 1 s
+                       "step_seconds": 30 * fraction_per_step, "reference_step_seconds": 1.0}}
 
 
 def grid(*labels):
@@ -76,6 +77,9 @@ def test_ingredient_table_reads_each_row_and_compares_it_with_the_row_above():
     assert flat["versus_previous"]["loss"]["low"] < 0 < flat["versus_previous"]["loss"]["high"]
     assert slow["reached"] == 2 and slow["fraction"] is None and slow["speedup"] is None
     assert slow["versus_previous"]["log_time"] is None  # nothing to compare when a seed never got there
+    # what the seeds took: steps (median), a step's cost in the budget row's steps (median), worst loss
+    assert fast["steps"] == 30 and fast["step_cost"] == pytest.approx(0.75) and base["step_cost"] == 1.0
+    assert slow["worst"] == 2.1 and fast["worst"] == pytest.approx(1.6)
 
 
 def test_ingredient_table_text_and_waterfall():

@@ -72,7 +72,10 @@ def ingredient_table(records: dict, grid: Grid) -> dict:
     * ``speedup``: 1 / fraction, mean and interval;
     * ``versus_previous``: the paired (seed by seed) difference from the row above, of the loss and,
       where both rows reached the target with every seed, of the log of the time: ``found`` says
-      whether the 95 % interval excludes 0.
+      whether the 95 % interval excludes 0;
+    * ``steps``: the median number of steps the seeds took; ``step_cost``: the median cost of one
+      step in steps of the budget row (measured side by side, ``record["budget"]``); ``worst``:
+      the highest final loss among the seeds.
 
     ``target`` is the budget row's mean final loss."""
     if grid.budget_row is None:
@@ -95,6 +98,9 @@ def ingredient_table(records: dict, grid: Grid) -> dict:
         entry = {"seeds": sorted(times), "loss": summarize([r["final_val_loss"] for r in runs]),
                  "fraction": fraction, "reached": reached, "speedup": _speedup(fraction),
                  "steps": statistics.median(r["steps"] for r in runs),
+                 "step_cost": statistics.median(
+                     r["budget"]["step_seconds"] / r["budget"]["reference_step_seconds"] for r in runs),
+                 "worst": max(r["final_val_loss"] for r in runs),
                  "_times": times, "_losses": {r["seed"]: r["final_val_loss"] for r in runs}}
         if previous is not None:
             seeds = [s for s in entry["seeds"] if s in previous["_losses"]]
