@@ -12,10 +12,14 @@ the unit tests (2 cores, one budget):
   virtual environment with torch, numpy, matplotlib and ipykernel only (tests/test_colab.py);
 - the start of one committed run of each experiment grid, trained again (tests/replay_grids.py,
   for tests/test_experiments.py's reproduction test);
+- the dry run of benchmarks/gpu_check.py (tests/test_gpu_check.py), which executes a chapter, grades
+  an exercise and trains twice: a minute and a half of the foreground before, which then ran alone
+  on one core for its last three minutes while the other core idled;
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
   (tests/test_site_browser.py).
 
-The tests that wait for them run last: the replayed grids, Colab, then the book, then the browser.
+The tests that wait for them run last: the replayed grids, the GPU check's dry run, Colab, then the
+book, then the browser.
 
 Every torch process of the suite (this one, the nbgrader kernels, the book build's kernels, the
 Colab-like run) uses one thread: the jobs above share two cores, and torch's worker threads spin
@@ -45,7 +49,8 @@ import torch  # noqa: E402  (after the variables, which torch reads when it load
 torch.set_num_threads(1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
-_jobs: dict = {}
+_jobs: dict = {}  # name -> (process, log of its output)
+_stderr: dict = {}  # name -> the job's standard error, where kept apart from its output
 
 
 def _start(name: str, command: list[str], **kwargs) -> None:
@@ -53,8 +58,8 @@ def _start(name: str, command: list[str], **kwargs) -> None:
         return
     log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
     # its own process group, so that it can be stopped with its children (kernels) if pytest stops early
-    _jobs[name] = (subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True, **kwargs), log)
+    options = dict(cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    _jobs[name] = (subprocess.Popen(command, **{**options, **kwargs}), log)
 
 
 def _wait(name: str, timeout: float) -> tuple[int, str]:
@@ -129,6 +134,34 @@ def wait_for_replays(timeout: float = 1800) -> dict:
     return json.loads(REPLAYS_OUT.read_text())
 
 
+# -------------------------------------------------------------------------- the GPU check's dry run
+
+GPU_CHECK_OUT = ROOT / "_build" / "gpu_check_dry_run"
+
+
+def start_gpu_check_dry_run() -> None:
+    """``benchmarks/gpu_check.py --dry-run --out _build/gpu_check_dry_run``, in the background, its
+    standard error kept apart from its standard output."""
+    if "gpu-check" in _jobs:
+        return
+    shutil.rmtree(GPU_CHECK_OUT, ignore_errors=True)
+    GPU_CHECK_OUT.mkdir(parents=True)
+    stderr = tempfile.NamedTemporaryFile("w+", prefix="gpu-check-", suffix=".err", delete=False)
+    _start("gpu-check", [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run",
+                         "--out", str(GPU_CHECK_OUT)], stderr=stderr)
+    _stderr["gpu-check"] = stderr
+
+
+def wait_for_gpu_check_dry_run(timeout: float = 600) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
+    """The dry run's outcome (exit status, standard output and error) and its output folder."""
+    if "gpu-check" not in _jobs:
+        raise RuntimeError("the GPU check's dry run was not started at collection")
+    code, stdout = _wait("gpu-check", timeout)
+    stderr = _stderr["gpu-check"]
+    stderr.seek(0)
+    return subprocess.CompletedProcess(_jobs["gpu-check"][0].args, code, stdout, stderr.read()), GPU_CHECK_OUT
+
+
 # --------------------------------------------------------------------------------------- chromium
 
 
@@ -180,7 +213,9 @@ def pytest_collection_modifyitems(session, config, items):
     grading = in_file(GRADING)
     colab, book, browser = in_file("test_colab.py"), in_file("test_book.py"), in_file("test_site_browser.py")
     replayed = [item for item in items if item.nodeid.startswith(REPRODUCES)]
-    waiting = replayed + colab + book + browser
+    dry = [item for item in items if "dry_run" in getattr(item, "fixturenames", ())
+           and item.nodeid.startswith("tests/test_gpu_check.py")]
+    waiting = replayed + dry + colab + book + browser
     items[:] = grading + [item for item in items if item not in grading and item not in waiting] + waiting
     if colab:
         notebooks = sorted({item.callspec.params["notebook"] for item in colab
@@ -192,6 +227,8 @@ def pytest_collection_modifyitems(session, config, items):
     if replayed:
         names = [item.callspec.params["name"] for item in replayed]
         _after_grading.append(lambda: start_replays(names))
+    if dry:
+        _after_grading.append(start_gpu_check_dry_run)
     if browser:
         start_chromium_install()
     if not grading:

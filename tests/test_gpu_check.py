@@ -14,6 +14,8 @@ import time
 import pytest
 import torch
 
+from conftest import wait_for_gpu_check_dry_run
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 STEPS = ["chapters", "exercises", "preset", "recipe", "benchmark"]
@@ -32,11 +34,10 @@ check = load_check()
 # --- the dry run, end to end ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu_check")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    return done, out
+def dry_run():
+    """(the finished process, its output folder): ``gpu_check.py --dry-run``, started in the
+    background by conftest.py once the exercises are graded."""
+    return wait_for_gpu_check_dry_run()
 
 
 def test_the_dry_run_passes_every_step_and_says_it_was_a_dry_run(dry_run):
