@@ -50,6 +50,7 @@ torch.set_num_threads(1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
 _jobs: dict = {}  # name -> (process, log of its output)
+_stderr: dict = {}  # name -> the job's standard error, where kept apart from its output
 # The foreground is one process that runs the tests in turn: the longest chain of the run. It goes
 # first, so that it keeps one core while the background jobs share what is left; when it waits for
 # them, they have both cores. At equal priority it got a third of a core beside them and then ran on
@@ -60,13 +61,15 @@ _jobs: dict = {}  # name -> (process, log of its output)
 # elsewhere it stays as it is). Without autogroup, the jobs' niceness does it.
 BACKGROUND_NICENESS = 10
 FOREGROUND_AUTOGROUP_NICENESS = -10
-
-
 _AUTOGROUP = pathlib.Path("/proc/self/autogroup")  # e.g. "/autogroup-2675 nice 0"
 _autogroup_before: list = []  # the session's niceness, given back when the tests end
 
 
 def _foreground_first() -> None:
+    """Raise this session's autogroup niceness, once, when the first background job starts (so
+    that pytest runs without background jobs, like make test-fast's two, leave it alone)."""
+    if _autogroup_before:
+        return
     try:
         before = int(_AUTOGROUP.read_text().split()[-1])
         _AUTOGROUP.write_text(str(FOREGROUND_AUTOGROUP_NICENESS))
@@ -75,13 +78,10 @@ def _foreground_first() -> None:
         pass
 
 
-_foreground_first()
-_stderr: dict = {}  # name -> the job's standard error, where kept apart from its output
-
-
 def _start(name: str, command: list[str], **kwargs) -> None:
     if name in _jobs:
         return
+    _foreground_first()
     log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
     # its own process group, so that it can be stopped with its children (kernels) if pytest stops early
     options = dict(cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -272,7 +272,10 @@ def pytest_sessionfinish(session, exitstatus):
     interrupted run, a failed collection, -x), except an apt-get install, which is left to finish
     rather than leave dpkg half-configured."""
     if _autogroup_before:  # the shell that ran pytest shares the session
-        _AUTOGROUP.write_text(str(_autogroup_before.pop()))
+        try:
+            _AUTOGROUP.write_text(str(_autogroup_before.pop()))
+        except OSError:
+            pass
     for name, (process, _) in _jobs.items():
         if process.poll() is None and name != "chromium":
             os.killpg(process.pid, signal.SIGTERM)
