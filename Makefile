@@ -24,9 +24,15 @@ help:
 	@echo "make grade      autograde and give feedback for everything in exercises/submitted/"
 	@echo "make sync-setup rewrite the first (setup) cell of every notebook from its one template"
 
+# The environment: TORCH_SPEC with pip (which knows where this machine keeps its torch), then the rest
+# with uv, which downloads and byte-compiles in parallel (21 s on 2 cores, against 76 s for pip, one
+# package at a time) and keeps the torch installed; with pip where uv fails (no uv for the platform,
+# or a package index that only pip is configured for).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	( $(BIN)/python -m pip install --quiet uv && \
+	  $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e ".[dev]" ) || \
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
