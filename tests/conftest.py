@@ -40,10 +40,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_tools"))  # the build tools the tests check (execute_book, …)
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"  # inherited by every job
+import pytest  # noqa: E402
 import torch  # noqa: E402  (after the variables, which torch reads when it loads)
 
 torch.set_num_threads(1)
@@ -223,6 +225,9 @@ def chromium_ready(timeout: float = 900) -> tuple[dict | None, str]:
 
 GRADING = "test_exercises.py"  # run first, alone on the cores
 _after_grading: list = []  # the background jobs to start once the exercises are graded
+_waiting_for: dict = {}  # node id -> the background job the test waits for
+_begun: set = set()  # the jobs whose tests have begun to run
+WAIT = object()  # what _next_item gives where the next test would have to wait for a job
 
 
 def _start_after_grading() -> None:
@@ -244,6 +249,8 @@ def pytest_collection_modifyitems(session, config, items):
            and item.nodeid.startswith("tests/test_gpu_check.py")]
     waiting = replayed + dry + colab + book + browser
     items[:] = grading + [item for item in items if item not in grading and item not in waiting] + waiting
+    for job, group in (("replays", replayed), ("gpu-check", dry), ("colab", colab), ("book-build", book + browser)):
+        _waiting_for.update((item.nodeid, job) for item in group)
     if colab:
         notebooks = sorted({item.callspec.params["notebook"] for item in colab
                             if hasattr(item, "callspec") and "notebook" in item.callspec.params})
@@ -265,6 +272,78 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_setup(item):
     if _after_grading and not item.nodeid.startswith(f"tests/{GRADING}"):
         _start_after_grading()
+
+
+def _finished(job: str) -> bool:
+    """Whether the tests waiting for ``job`` can run without waiting: it has ended, or it was never
+    started although every start is done (they then start it, or fail as they should)."""
+    if job in _jobs:
+        return _jobs[job][0].poll() is not None
+    return not _after_grading
+
+
+def _next_item(ordinary: list, waiting: dict, wait: bool):
+    """The test to run next: the rest of a job's tests once one of them has run, the tests of a
+    finished background job as soon as it has finished, else the next ordinary test. With none of
+    these left: those of whichever job finishes first, if ``wait``, else ``WAIT``; None at the end."""
+    while True:
+        ready = [job for job, group in waiting.items() if group and (job in _begun or _finished(job))]
+        ready.sort(key=lambda job: job not in _begun)  # a job whose tests have begun goes on
+        if ready:
+            _begun.add(ready[0])
+            return waiting[ready[0]].pop(0)
+        if ordinary:
+            return ordinary.pop(0)
+        if not any(waiting.values()):
+            return None
+        if not wait:
+            return WAIT
+        time.sleep(0.5)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """pytest's own loop (``_pytest.main.pytest_runtestloop``), except for the order of the tests
+    that wait for background work: each job's tests run as soon as it has finished, between two
+    ordinary tests, so that the foreground's last minutes overlap the jobs still running instead of
+    following them (collected in the order above, the book's and the browser's tests ran after every
+    job had finished, with one core idle). Each job's tests keep their order. pytest needs the next
+    test before the current one runs, to tear down what it does not share: where that would mean
+    waiting for a job, it is given none, and everything is torn down (and set up again when needed)."""
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+    if session.config.option.collectonly:
+        return True
+    ordinary = [item for item in session.items if item.nodeid not in _waiting_for]
+    waiting: dict = {}
+    for item in session.items:
+        if item.nodeid in _waiting_for:
+            waiting.setdefault(_waiting_for[item.nodeid], []).append(item)
+    item = _next_item(ordinary, waiting, wait=True)
+    while item is not None:
+        following = _next_item(ordinary, waiting, wait=False)
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=None if following is WAIT else following)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        item = _next_item(ordinary, waiting, wait=True) if following is WAIT else following
+    return True
+    ordinary = [item for item in session.items if item.nodeid not in _waiting_for]
+    waiting: dict = {}
+    for item in session.items:
+        if item.nodeid in _waiting_for:
+            waiting.setdefault(_waiting_for[item.nodeid], []).append(item)
+    item = _next_item(ordinary, waiting)
+    while item is not None:
+        nextitem = _next_item(ordinary, waiting)
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        item = nextitem
+    return True
 
 
 def pytest_sessionfinish(session, exitstatus):
