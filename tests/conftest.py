@@ -31,6 +31,7 @@ CPU from the grading, whose timing tests then failed, and finished 10 s sooner.)
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import pathlib
@@ -49,19 +50,28 @@ import pytest  # noqa: E402
 import torch  # noqa: E402  (after the variables, which torch reads when it loads)
 
 torch.set_num_threads(1)
+# Where Python is told never to write bytecode (PYTHONDONTWRITEBYTECODE, which this course's machines
+# set), every kernel and command line of the run would compile course_lib again when it imports it
+# (0.3 s of CPU each, measured); compiled once here, they read it (anything edited since is compiled
+# again in memory, as usual).
+compileall.compile_dir(ROOT / "course_lib", quiet=1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
 _jobs: dict = {}  # name -> (process, log of its output)
 _stderr: dict = {}  # name -> the job's standard error, where kept apart from its output
-# The foreground is one process that runs the tests in turn: the longest chain of the run. It goes
-# first, so that it keeps one core while the background jobs share what is left; when it waits for
-# them, they have both cores. At equal priority it got a third of a core beside them and then ran on
-# alone for its last three minutes while the other core idled. Where the kernel groups processes by
-# session for scheduling (autogroup, Linux's default on desktops and on this course's machines), a
-# process's niceness counts only inside its session, and the jobs' kernels run in sessions of their
-# own: there the foreground's session is raised instead (its autogroup niceness, which needs root;
-# elsewhere it stays as it is). Without autogroup, the jobs' niceness does it.
+# Who goes first. The foreground is one process that runs the tests in turn: at equal priority it got
+# a third of a core beside the jobs and then ran on alone for its last three minutes while the other
+# core idled, so it goes first and keeps one core. The book build comes next: it is the longest job
+# (chapter 12 trains for minutes) and its tests (the site, the browser) are the longest that wait for
+# a job, so it runs at niceness 0 and the other jobs (the Colab-like run, the replays, the GPU check's
+# dry run) at 10, taking what is left. Where the kernel groups processes by session for scheduling
+# (autogroup, Linux's default on desktops and on this course's machines), a niceness counts only
+# inside its session: each job runs in a session of its own, given its niceness (a job's kernels
+# start sessions of their own: colab_run.py passes its niceness on to them), and the foreground's
+# session is raised (which needs root; elsewhere it stays as it is). Without autogroup, the
+# processes' niceness does it.
 BACKGROUND_NICENESS = 10
+BOOK_NICENESS = 0
 FOREGROUND_AUTOGROUP_NICENESS = -10
 _AUTOGROUP = pathlib.Path("/proc/self/autogroup")  # e.g. "/autogroup-2675 nice 0"
 _autogroup_before: list = []  # the session's niceness, given back when the tests end
@@ -80,15 +90,21 @@ def _foreground_first() -> None:
         pass
 
 
-def _start(name: str, command: list[str], **kwargs) -> None:
+def _start(name: str, command: list[str], niceness: int = BACKGROUND_NICENESS, **kwargs) -> None:
     if name in _jobs:
         return
     _foreground_first()
     log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
-    # its own process group, so that it can be stopped with its children (kernels) if pytest stops early
+    # its own session and process group, so that it can be stopped with its children (kernels) if
+    # pytest stops early, and so that its niceness counts where the kernel schedules by session
     options = dict(cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                   preexec_fn=lambda: os.nice(BACKGROUND_NICENESS))
-    _jobs[name] = (subprocess.Popen(command, **{**options, **kwargs}), log)
+                   preexec_fn=lambda: os.nice(niceness))
+    process = subprocess.Popen(command, **{**options, **kwargs})
+    try:
+        pathlib.Path(f"/proc/{process.pid}/autogroup").write_text(str(niceness))
+    except OSError:  # no autogroup: the niceness alone
+        pass
+    _jobs[name] = (process, log)
 
 
 def _wait(name: str, timeout: float) -> tuple[int, str]:
@@ -108,7 +124,7 @@ def start_book_build() -> None:
     bin_dir = pathlib.Path(sys.executable).parent
     execute = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'book' / '_tools' / 'execute_book.py'))}"
     build = f"exec {shlex.quote(str(bin_dir / 'jupyter-book'))} build . -W --keep-going"
-    _start("book-build", ["sh", "-c", f"{execute}; {build}"])
+    _start("book-build", ["sh", "-c", f"{execute}; {build}"], niceness=BOOK_NICENESS)
 
 
 def wait_for_book_build(timeout: float = 1800) -> tuple[int, str]:

@@ -72,6 +72,20 @@ def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
     return python, facts
 
 
+def kernel_keeps_our_niceness(client) -> None:
+    """Give the kernel's session this run's niceness. jupyter_client starts every kernel in a session
+    of its own, and where Linux schedules by session (autogroup) a niceness counts only inside its
+    session: without this, ``nice python colab_run.py`` (as the test suite runs it, beside the book
+    build) would lower this process but not the kernels that do the work."""
+    niceness = os.nice(0)
+    if niceness == 0:
+        return
+    try:
+        pathlib.Path(f"/proc/{client.km.provisioner.process.pid}/autogroup").write_text(str(niceness))
+    except (OSError, AttributeError):  # no autogroup (not Linux, or turned off), or no process
+        pass
+
+
 def run_notebook(path: pathlib.Path, workdir: pathlib.Path, executed: pathlib.Path) -> dict:
     """Execute one notebook top to bottom in the colab-like kernel; stop at the first error."""
     import nbformat
@@ -81,6 +95,7 @@ def run_notebook(path: pathlib.Path, workdir: pathlib.Path, executed: pathlib.Pa
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
                             resources={"metadata": {"path": str(workdir)}})
+    client.on_notebook_start = lambda notebook: kernel_keeps_our_niceness(client)
     started = time.perf_counter()
     error = None
     try:
