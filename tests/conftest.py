@@ -32,6 +32,7 @@ CPU from the grading, whose timing tests then failed, and finished 10 s sooner.)
 from __future__ import annotations
 
 import compileall
+import dataclasses
 import json
 import os
 import pathlib
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_tools"))  # the build tools the tests check (execute_book, …)
@@ -57,8 +59,17 @@ torch.set_num_threads(1)
 compileall.compile_dir(ROOT / "course_lib", quiet=1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
-_jobs: dict = {}  # name -> (process, log of its output)
-_stderr: dict = {}  # name -> the job's standard error, where kept apart from its output
+GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
+
+
+@dataclasses.dataclass
+class _Job:
+    process: subprocess.Popen
+    log: typing.IO  # its standard output, and its standard error unless kept apart
+    err: typing.IO | None = None  # its standard error, where kept apart
+
+
+_jobs: dict[str, _Job] = {}
 # Who goes first. The foreground is one process that runs the tests in turn: at equal priority it got
 # a third of a core beside the jobs and then ran on alone for its last three minutes while the other
 # core idled, so it goes first and keeps one core. The book build comes next: it is the longest job
@@ -90,28 +101,37 @@ def _foreground_first() -> None:
         pass
 
 
-def _start(name: str, command: list[str], niceness: int = BACKGROUND_NICENESS, **kwargs) -> None:
+def _start(name: str, command: list[str], niceness: int = BACKGROUND_NICENESS, stderr_apart: bool = False,
+           **kwargs) -> None:
     if name in _jobs:
         return
     _foreground_first()
-    log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
+
+    def temporary(suffix):
+        return tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=suffix, delete=False)
+
+    log, err = temporary(".log"), temporary(".err") if stderr_apart else None
     # its own session and process group, so that it can be stopped with its children (kernels) if
     # pytest stops early, and so that its niceness counts where the kernel schedules by session
-    options = dict(cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    options = dict(cwd=ROOT, stdout=log, stderr=err or subprocess.STDOUT, text=True, start_new_session=True,
                    preexec_fn=lambda: os.nice(niceness))
     process = subprocess.Popen(command, **{**options, **kwargs})
     try:
         pathlib.Path(f"/proc/{process.pid}/autogroup").write_text(str(niceness))
     except OSError:  # no autogroup: the niceness alone
         pass
-    _jobs[name] = (process, log)
+    _jobs[name] = _Job(process, log, err)
 
 
-def _wait(name: str, timeout: float) -> tuple[int, str]:
-    process, log = _jobs[name]
-    code = process.wait(timeout=timeout)
-    log.seek(0)
-    return code, log.read()
+def _wait(name: str, timeout: float) -> subprocess.CompletedProcess:
+    """The job's exit status and output (its standard error apart, or None)."""
+    job = _jobs[name]
+    code = job.process.wait(timeout=timeout)
+    for file in (job.log, job.err):
+        if file is not None:
+            file.seek(0)
+    return subprocess.CompletedProcess(job.process.args, code, job.log.read(),
+                                       None if job.err is None else job.err.read())
 
 
 # ------------------------------------------------------------------------------------------- book
@@ -130,7 +150,8 @@ def start_book_build() -> None:
 def wait_for_book_build(timeout: float = 1800) -> tuple[int, str]:
     """Wait for the build (starting it if needed); return its exit code and full log."""
     start_book_build()
-    return _wait("book-build", timeout)
+    done = _wait("book-build", timeout)
+    return done.returncode, done.stdout
 
 
 # ------------------------------------------------------------------------------------------ Colab
@@ -147,7 +168,8 @@ def wait_for_colab_run(timeout: float = 3600) -> tuple[dict, str]:
     """The Colab-like run's results (see book/_tools/colab_run.py) and its log."""
     if "colab" not in _jobs:
         raise RuntimeError("the Colab-like run was not started at collection")
-    code, log = _wait("colab", timeout)
+    done = _wait("colab", timeout)
+    code, log = done.returncode, done.stdout
     report = COLAB_OUT / "results.json"
     if code != 0 or not report.is_file():
         raise RuntimeError(f"book/_tools/colab_run.py exited with {code}:\n{log[-3000:]}")
@@ -173,7 +195,8 @@ def wait_for_replays(timeout: float = 1800) -> dict:
     """The replayed runs, per grid (see tests/replay_grids.py)."""
     if "replays" not in _jobs:
         raise RuntimeError("the replays of the committed grids were not started at collection")
-    code, log = _wait("replays", timeout)
+    done = _wait("replays", timeout)
+    code, log = done.returncode, done.stdout
     if code != 0 or not REPLAYS_OUT.is_file():
         raise RuntimeError(f"tests/replay_grids.py exited with {code}:\n{log[-3000:]}")
     return json.loads(REPLAYS_OUT.read_text())
@@ -191,20 +214,15 @@ def start_gpu_check_dry_run() -> None:
         return
     shutil.rmtree(GPU_CHECK_OUT, ignore_errors=True)
     GPU_CHECK_OUT.mkdir(parents=True)
-    stderr = tempfile.NamedTemporaryFile("w+", prefix="gpu-check-", suffix=".err", delete=False)
-    _start("gpu-check", [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run",
-                         "--out", str(GPU_CHECK_OUT)], stderr=stderr)
-    _stderr["gpu-check"] = stderr
+    _start("gpu-check", [sys.executable, str(GPU_CHECK), "--dry-run", "--out", str(GPU_CHECK_OUT)],
+           stderr_apart=True)
 
 
 def wait_for_gpu_check_dry_run(timeout: float = 600) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
     """The dry run's outcome (exit status, standard output and error) and its output folder."""
     if "gpu-check" not in _jobs:
         raise RuntimeError("the GPU check's dry run was not started at collection")
-    code, stdout = _wait("gpu-check", timeout)
-    stderr = _stderr["gpu-check"]
-    stderr.seek(0)
-    return subprocess.CompletedProcess(_jobs["gpu-check"][0].args, code, stdout, stderr.read()), GPU_CHECK_OUT
+    return _wait("gpu-check", timeout), GPU_CHECK_OUT
 
 
 # --------------------------------------------------------------------------------------- chromium
@@ -226,7 +244,7 @@ def chromium_ready(timeout: float = 900) -> tuple[dict | None, str]:
     start_chromium_install()
     log = ""
     if "chromium" in _jobs:
-        code, log = _wait("chromium", timeout)
+        log = _wait("chromium", timeout).stdout
     missing = [p for p in CHROMIUM.values() if not pathlib.Path(p).exists()]
     if not missing:
         return dict(CHROMIUM), ""
@@ -294,7 +312,7 @@ def _finished(job: str) -> bool:
     """Whether the tests waiting for ``job`` can run without waiting: it has ended, or it was never
     started although every start is done (they then start it, or fail as they should)."""
     if job in _jobs:
-        return _jobs[job][0].poll() is not None
+        return _jobs[job].process.poll() is not None
     return not _after_grading
 
 
@@ -371,7 +389,8 @@ def pytest_sessionfinish(session, exitstatus):
             _AUTOGROUP.write_text(str(_autogroup_before.pop()))
         except OSError:
             pass
-    for name, (process, _) in _jobs.items():
+    for name, job in _jobs.items():
+        process = job.process
         if process.poll() is None and name != "chromium":
             os.killpg(process.pid, signal.SIGTERM)
             try:

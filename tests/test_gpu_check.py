@@ -14,10 +14,10 @@ import time
 import pytest
 import torch
 
+from conftest import GPU_CHECK as SCRIPT
 from conftest import wait_for_gpu_check_dry_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 STEPS = ["chapters", "exercises", "preset", "recipe", "benchmark"]
 
 

@@ -21,7 +21,7 @@ class FakeJob:
 @pytest.fixture
 def jobs(monkeypatch):
     running = {"colab": FakeJob(), "book-build": FakeJob()}
-    monkeypatch.setattr(conftest, "_jobs", {name: (job, None) for name, job in running.items()})
+    monkeypatch.setattr(conftest, "_jobs", {name: conftest._Job(job, None) for name, job in running.items()})
     monkeypatch.setattr(conftest, "_begun", set())
     monkeypatch.setattr(conftest, "_after_grading", [])
     return running

@@ -46,6 +46,19 @@ def _pip(python: pathlib.Path, *args: str) -> None:
                     *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _install(python: pathlib.Path, *packages: str) -> None:
+    """With the uv of the environment running this (make install puts it there), which takes the
+    packages from the cache it filled; with pip where there is none or it fails. uv does not
+    byte-compile by default, like pip --no-compile."""
+    uv = pathlib.Path(sys.executable).with_name("uv")
+    if uv.is_file():
+        done = subprocess.run([str(uv), "pip", "install", "--python", str(python), "--quiet", *packages],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if done.returncode == 0:
+            return
+    _pip(python, *packages)
+
+
 def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
     """The virtual environment, its kernel and a copy of the package; returns (python, facts)."""
     started = time.perf_counter()
@@ -53,7 +66,7 @@ def create_environment(base: pathlib.Path) -> tuple[pathlib.Path, dict]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     _pip(python, os.environ.get("TORCH_SPEC", "torch==2.13.0"))
-    _pip(python, "numpy", "matplotlib", "ipykernel")
+    _install(python, "numpy", "matplotlib", "ipykernel")  # torch first, with pip: it knows where torch is
     installed = time.perf_counter() - started
     subprocess.run([str(python), "-m", "ipykernel", "install", "--prefix", str(base / "jupyter"),
                     "--name", KERNEL, "--display-name", "Colab-like"], check=True,
