@@ -18,8 +18,8 @@ the unit tests (2 cores, one budget):
 - Debian's chromium and chromium-driver, installed with apt-get when missing and possible
   (tests/test_site_browser.py).
 
-The tests that wait for them run last: the replayed grids, the GPU check's dry run, Colab, then the
-book, then the browser.
+The tests that wait for a job run as soon as it has finished, between the others (pytest_runtestloop
+below); those of a job still running when the others are done, when it finishes.
 
 Every torch process of the suite (this one, the nbgrader kernels, the book build's kernels, the
 Colab-like run) uses one thread: the jobs above share two cores, and torch's worker threads spin
@@ -270,7 +270,8 @@ def _start_after_grading() -> None:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Order the tests: the graded exercises, the others, then those that wait for background work.
+    """Order the tests: the graded exercises, the others, then those that wait for background work
+    (the order --collect-only shows; pytest_runtestloop runs each job's tests once it has finished).
     Start that work now if no exercise is graded, else at the first test after them (chromium's
     install, mostly downloading and unpacking, at once)."""
     def in_file(name):
