@@ -25,9 +25,9 @@ help:
 	@echo "make sync-setup rewrite the first (setup) cell of every notebook from its one template"
 
 # The environment: TORCH_SPEC with pip (which knows where this machine keeps its torch), then the rest
-# with uv, which downloads and byte-compiles in parallel (21 s on 2 cores, against 76 s for pip, one
-# package at a time) and keeps the torch installed; with pip where uv fails (no uv for the platform,
-# or a package index that only pip is configured for).
+# with uv, which downloads and byte-compiles in parallel where pip goes one package at a time, and
+# keeps the torch installed; with pip where uv fails (no uv for the platform, or a package index that
+# only pip is configured for).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"

@@ -54,7 +54,7 @@ import torch  # noqa: E402  (after the variables, which torch reads when it load
 torch.set_num_threads(1)
 # Where Python is told never to write bytecode (PYTHONDONTWRITEBYTECODE, which this course's machines
 # set), every kernel and command line of the run would compile course_lib again when it imports it
-# (0.3 s of CPU each, measured); compiled once here, they read it (anything edited since is compiled
+# (a few tenths of a second of CPU each); compiled once here, they read it (anything edited since is compiled
 # again in memory, as usual).
 compileall.compile_dir(ROOT / "course_lib", quiet=1)
 COLAB_OUT = ROOT / "_build" / "colab"
@@ -349,11 +349,10 @@ def pytest_runtestloop(session):
         raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
     if session.config.option.collectonly:
         return True
-    ordinary = [item for item in session.items if item.nodeid not in _waiting_for]
-    waiting: dict = {}
+    ordinary, waiting = [], {}
     for item in session.items:
-        if item.nodeid in _waiting_for:
-            waiting.setdefault(_waiting_for[item.nodeid], []).append(item)
+        job = _waiting_for.get(item.nodeid)
+        (ordinary if job is None else waiting.setdefault(job, [])).append(item)
     item = _next_item(ordinary, waiting, wait=True)
     while item is not None:
         following = _next_item(ordinary, waiting, wait=False)
@@ -363,21 +362,6 @@ def pytest_runtestloop(session):
         if session.shouldstop:
             raise session.Interrupted(session.shouldstop)
         item = _next_item(ordinary, waiting, wait=True) if following is WAIT else following
-    return True
-    ordinary = [item for item in session.items if item.nodeid not in _waiting_for]
-    waiting: dict = {}
-    for item in session.items:
-        if item.nodeid in _waiting_for:
-            waiting.setdefault(_waiting_for[item.nodeid], []).append(item)
-    item = _next_item(ordinary, waiting)
-    while item is not None:
-        nextitem = _next_item(ordinary, waiting)
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
-        item = nextitem
     return True
 
 
