@@ -11,15 +11,22 @@ reader notebooks cite the same way.
 
 from __future__ import annotations
 
+from pybtex.backends.plaintext import Backend as PlainText
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
 
 
+# Rendered with one plain-text backend, made once: ``Text.render_as("text")`` looks the backend up
+# among the installed packages' entry points on every call (tens of milliseconds in a large
+# environment), and the site and every reader notebook render hundreds of names.
+_PLAIN_TEXT = PlainText()
+
+
 def _last_name(person) -> str:
     parts = [Text(*person.rich_prelast_names), Text(*person.rich_last_names)]
-    return " ".join(part.render_as("text") for part in parts if len(part))
+    return " ".join(part.render(_PLAIN_TEXT) for part in parts if len(part))
 
 
 def citation_text(entry) -> str:
@@ -27,7 +34,7 @@ def citation_text(entry) -> str:
     persons = entry.persons.get("author") or entry.persons.get("editor") or []
     names = [_last_name(p) for p in persons]
     if not names:
-        who = Text.from_latex(entry.fields.get("title", "Anonymous")).render_as("text")
+        who = Text.from_latex(entry.fields.get("title", "Anonymous")).render(_PLAIN_TEXT)
     elif len(names) == 1:
         who = names[0]
     elif len(names) == 2:
