@@ -243,6 +243,26 @@ def test_the_sync_check_catches_an_edited_chapter_and_an_edited_reader(tmp_path,
     assert "generated from an older" in rn.out_of_sync(chapter)
 
 
+def test_the_sync_check_catches_a_shown_source_that_course_lib_no_longer_has(tmp_path, monkeypatch):
+    """A reader notebook carries the outputs of the build that made it: after course_lib changes, a
+    show_source cell would go on showing the old code (chapter 3's once showed Attention without
+    the qk_norm option that chapter 13 added)."""
+    chapter = next(c for c in CHAPTERS if "show_source(" in rn.reader_path(c).read_text())
+    reader = json.loads(rn.reader_path(chapter).read_text())
+    monkeypatch.setattr(rn, "READERS", tmp_path)
+    index = next(k for k, c in enumerate(reader["cells"])
+                 if c["cell_type"] == "code" and "show_source(" in "".join(c["source"]))
+    output = next(o for o in reader["cells"][index]["outputs"] if "text/plain" in o.get("data", {}))
+    rn.reader_path(chapter).write_text(rn.dumps(reader))
+    assert rn.out_of_sync(chapter) is None  # the committed reader, copied as it is
+
+    output["data"]["text/plain"] = ["def older(x):\n", "    return x"]  # what an older build showed
+    rn.reader_path(chapter).write_text(rn.dumps(reader))
+    assert rn.out_of_sync(chapter) == (f"{rn._rel(rn.reader_path(chapter))}, cell {index}: its show_source "
+                                       f"output is not what the call shows now: run `make book && make "
+                                       f"readers` and commit it")
+
+
 def test_every_published_colab_link_opens_a_reader_notebook_or_an_exercise():
     """README, pages and notebooks: a chapter opens as its reader notebook, never as its MyST source."""
     owner_repo = repo_url().removeprefix("https://github.com/")

@@ -23,12 +23,15 @@ What changes from the source (book/AUTHORING.md lists what authors may use):
 Anything else that only MyST understands stops the generator with the chapter, cell and construct.
 
 In sync means: the reader notebook records the SHA-256 of its source (cells and tags) and of this
-generator; and its text equals a fresh rendering of the source with every glued value masked (values
-may differ between builds, timings in particular).
+generator; its text equals a fresh rendering of the source with every glued value masked (values
+may differ between builds, timings in particular); and every ``show_source(...)`` cell shows the
+source that call gives now (course_lib can change while a chapter does not, and the page would show
+a reader code the package no longer has).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import html
@@ -607,7 +610,58 @@ def out_of_sync(chapter: pathlib.Path) -> str | None:
             return f"{_rel(path)}, cell {k}, differs from its source's rendering: {fix}"
         if want["metadata"] != got["metadata"]:
             return f"{_rel(path)}, cell {k}: metadata differs from its source's: {fix}"
+    stale = stale_source_cells(committed)
+    if stale:
+        return f"{_rel(path)}, cell {stale[0]}: its show_source output is not what the call shows now: {fix}"
     return None
+
+
+def _course_lib_imports(cells: list[dict]) -> dict:
+    """A namespace holding what the cells' top-level imports of course_lib bind (``from course_lib
+    import attention as at``, ``from course_lib.model import DecoderLM``, …)."""
+    namespace: dict = {}
+    for cell in cells:
+        for node in ast.parse("".join(cell["source"])).body:
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]  # None: a relative import
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            if all(module.split(".")[0] == "course_lib" for module in modules):
+                exec(compile(ast.Module([node], []), "<reader imports>", "exec"), namespace)
+    return namespace
+
+
+def stale_source_cells(reader: dict) -> list[int]:
+    """The indices of the reader's ``show_source(...)`` cells whose shown text (text/plain) is not
+    what the call shows now, formatted by IPython as a kernel formats it, or that are not one call of
+    something the reader imports from course_lib. Cells without outputs (a reader rendered without
+    a build) are not checked."""
+    from IPython.core.formatters import format_display_data
+
+    from course_lib.notebook import show_source
+
+    code = [cell for cell in reader["cells"] if cell["cell_type"] == "code"]
+    namespace = None
+    stale = []
+    for index, cell in enumerate(reader["cells"]):
+        text = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "show_source(" not in text:
+            continue
+        shown = ["".join(out.get("data", {}).get("text/plain", "")) for out in cell.get("outputs", [])]
+        if not shown:
+            continue
+        if namespace is None:
+            namespace = {**_course_lib_imports(code[1:]), "show_source": show_source}
+        try:
+            displayed = eval(compile(text, "<show_source cell>", "eval"), dict(namespace))
+        except Exception:  # not one call, or of something the imports do not give: not checkable
+            stale.append(index)
+            continue
+        if shown != [format_display_data(displayed)[0].get("text/plain", "")]:
+            stale.append(index)
+    return stale
 
 
 def write_all() -> int:
