@@ -54,8 +54,8 @@ import torch  # noqa: E402  (after the variables, which torch reads when it load
 torch.set_num_threads(1)
 # Where Python is told never to write bytecode (PYTHONDONTWRITEBYTECODE, which this course's machines
 # set), every kernel and command line of the run would compile course_lib again when it imports it
-# (a few tenths of a second of CPU each); compiled once here, they read it (anything edited since is compiled
-# again in memory, as usual).
+# (a few tenths of a second of CPU each); compiled once here, they read it (anything edited since is
+# compiled again in memory, as usual).
 compileall.compile_dir(ROOT / "course_lib", quiet=1)
 COLAB_OUT = ROOT / "_build" / "colab"
 CHROMIUM = {"chromium": "/usr/bin/chromium", "chromedriver": "/usr/bin/chromedriver"}
@@ -134,6 +134,16 @@ def _wait(name: str, timeout: float) -> subprocess.CompletedProcess:
                                        None if job.err is None else job.err.read())
 
 
+def _wait_for_report(name: str, timeout: float, report: pathlib.Path) -> subprocess.CompletedProcess:
+    """Wait for a job that writes ``report``; raise, with the end of its log, if it failed or did
+    not write it."""
+    done = _wait(name, timeout)
+    if done.returncode != 0 or not report.is_file():
+        script = pathlib.Path(done.args[1]).relative_to(ROOT).as_posix()  # args: python, script, …
+        raise RuntimeError(f"{script} exited with {done.returncode}:\n{done.stdout[-3000:]}")
+    return done
+
+
 # ------------------------------------------------------------------------------------------- book
 
 
@@ -168,12 +178,9 @@ def wait_for_colab_run(timeout: float = 3600) -> tuple[dict, str]:
     """The Colab-like run's results (see book/_tools/colab_run.py) and its log."""
     if "colab" not in _jobs:
         raise RuntimeError("the Colab-like run was not started at collection")
-    done = _wait("colab", timeout)
-    code, log = done.returncode, done.stdout
     report = COLAB_OUT / "results.json"
-    if code != 0 or not report.is_file():
-        raise RuntimeError(f"book/_tools/colab_run.py exited with {code}:\n{log[-3000:]}")
-    return json.loads(report.read_text()), log
+    done = _wait_for_report("colab", timeout, report)
+    return json.loads(report.read_text()), done.stdout
 
 
 # ------------------------------------------------------------------------------ committed grids
@@ -195,10 +202,7 @@ def wait_for_replays(timeout: float = 1800) -> dict:
     """The replayed runs, per grid (see tests/replay_grids.py)."""
     if "replays" not in _jobs:
         raise RuntimeError("the replays of the committed grids were not started at collection")
-    done = _wait("replays", timeout)
-    code, log = done.returncode, done.stdout
-    if code != 0 or not REPLAYS_OUT.is_file():
-        raise RuntimeError(f"tests/replay_grids.py exited with {code}:\n{log[-3000:]}")
+    _wait_for_report("replays", timeout, REPLAYS_OUT)
     return json.loads(REPLAYS_OUT.read_text())
 
 

@@ -640,8 +640,6 @@ def stale_source_cells(reader: dict) -> list[int]:
     a build) are not checked."""
     from IPython.core.formatters import format_display_data
 
-    from course_lib.notebook import show_source
-
     code = [cell for cell in reader["cells"] if cell["cell_type"] == "code"]
     namespace = None
     stale = []
@@ -653,7 +651,7 @@ def stale_source_cells(reader: dict) -> list[int]:
         if not shown:
             continue
         if namespace is None:
-            namespace = {**_course_lib_imports(code[1:]), "show_source": show_source}
+            namespace = _course_lib_imports(code[1:])  # show_source among them, as in the notebook
         try:
             displayed = eval(compile(text, "<show_source cell>", "eval"), dict(namespace))
         except Exception:  # not one call, or of something the imports do not give: not checkable
