@@ -1,11 +1,16 @@
 """The course's named grids, defined in one place: ``python -m course_lib.experiments NAME`` runs
-one, chapter 12 reads their committed results from ``course_lib/experiments/results/NAME/``.
+one; chapters 12 and 13 read their committed results from ``course_lib/experiments/results/NAME/``.
 
-All train the character model on Tiny Shakespeare (V = 65) with AdamW, warmup and cosine decay, and
-clip the gradient's norm at 1.0, as chapter 12's main run does, at sizes a 2-core CPU trains in
-about a minute a run on one thread. Every model starts from σ = 1/√D (chapter 12, "How large the
-first weights should be"), so that no comparison is one of initial scales. The whole set
-regenerates in under an hour on 2 cores.
+Chapter 12's grids (every one above the speedrun's) train the character model on Tiny Shakespeare
+(V = 65) with AdamW, warmup and cosine decay, and clip the gradient's norm at 1.0, as chapter 12's
+main run does, at sizes a 2-core CPU trains in about a minute a run on one thread. Every model
+starts from σ = 1/√D (chapter 12, "How large the first weights should be"), so that no comparison
+is one of initial scales. Together with the copying model they regenerate in under an hour on 2
+cores (``make results``; the same runs, one grid after another, took 53 minutes on 2026-12-07).
+
+Chapter 13's grids (``speedrun``, ``speedrun-short``, ``speedrun-long``) start from nanoGPT's CPU
+recipe and change one thing per row; most of their runs train for the whole of the recipe's time,
+so they take longer (the comments beside them say how long).
 """
 
 from __future__ import annotations
