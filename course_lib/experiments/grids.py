@@ -6,7 +6,7 @@ Chapter 12's grids (every one above the speedrun's) train the character model on
 main run does, at sizes a 2-core CPU trains in about a minute a run on one thread. Every model
 starts from σ = 1/√D (chapter 12, "How large the first weights should be"), so that no comparison
 is one of initial scales. Together with the copying model they regenerate in under an hour on 2
-cores (``make results``; the same runs, one grid after another, took 53 minutes on 2026-12-07).
+cores (``make results``; the Makefile says when that was timed).
 
 Chapter 13's grids (``speedrun``, ``speedrun-short``, ``speedrun-long``) start from nanoGPT's CPU
 recipe and change one thing per row; most of their runs train for the whole of the recipe's time,
