@@ -216,6 +216,28 @@ def test_a_budget_row_sets_every_runs_steps_by_the_ratio_of_step_times():
         grid.replace(seconds=5.0)
 
 
+def test_calibration_times_the_step_the_run_takes(monkeypatch):
+    """A row that accumulates its gradient over micro-batches is timed doing so: calibration runs the
+    row's own step (its grad_accum and its number format), not a whole-batch float32 step."""
+    from course_lib.data import load_char_data
+    from course_lib.experiments import run as run_module
+
+    seen = []
+    real = run_module.train_step
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("grad_accum", 1), kwargs.get("precision", "float32")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "train_step", spy)
+    accumulated = Row("acc", TINY, TINY_RUN.replace(batch_size=4, grad_accum=2, precision="auto"))
+    run_module.interleaved_step_seconds((accumulated, tiny_grid().rows[0]), load_char_data(), 2)
+    assert seen == [(2, "float32"), (1, "float32")] * 2
+    seen.clear()
+    run_module.calibrated_steps(accumulated, load_char_data(), 1.0, 2)
+    assert seen == [(2, "float32")] * 2
+
+
 def test_the_short_speedrun_grid_ends_at_the_preset():
     """speedrun-short's last row is the shakespeare-speedrun preset (model and schedule; the steps
     are the budget's), and each row after the second changes one thing."""

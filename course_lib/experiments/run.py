@@ -21,7 +21,7 @@ import time
 import torch
 
 from ..data import CharData, get_batch, load_char_data
-from ..training import TrainConfig, Trainer, build_model, make_optimizer, train_step
+from ..training import TrainConfig, Trainer, build_model, make_optimizer, resolve_precision, train_step
 from .grid import Grid, Row
 from .probes import PROBES
 from .provenance import provenance
@@ -40,6 +40,14 @@ def finite_or_none(value):
     return value
 
 
+def _timed_step(row: Row, model, optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One step of ``row`` as its run takes it (its micro-batches and its number format), at a
+    tenth of its learning rate: what calibration times."""
+    config = row.train
+    train_step(model, optimizer, x, y, config.lr * 0.1, config.grad_clip, grad_accum=config.grad_accum,
+               precision=resolve_precision(config.precision, "cpu")).item()
+
+
 def calibrated_steps(row: Row, corpus: CharData, seconds: float, calibration_steps: int = 30) -> int:
     """How many steps of ``row`` fit in ``seconds`` of training here: ``calibration_steps`` steps of
     a throwaway copy are timed and the median of the second half (after warm-up) taken as the
@@ -51,7 +59,7 @@ def calibrated_steps(row: Row, corpus: CharData, seconds: float, calibration_ste
     for _ in range(calibration_steps):
         x, y = get_batch(corpus.train, row.train.batch_size, row.train.context, generator)
         tick = time.perf_counter()
-        train_step(model, optimizer, x, y, row.train.lr * 0.1, row.train.grad_clip).item()
+        _timed_step(row, model, optimizer, x, y)
         times.append(time.perf_counter() - tick)
     step_seconds = statistics.median(times[len(times) // 2:])
     return max(2, round(seconds / step_seconds))
@@ -72,7 +80,7 @@ def interleaved_step_seconds(rows: tuple[Row, ...], corpus: CharData, calibratio
         for k, (row, model, optimizer, generator) in enumerate(runs):
             x, y = get_batch(corpus.train, row.train.batch_size, row.train.context, generator)
             tick = time.perf_counter()
-            train_step(model, optimizer, x, y, row.train.lr * 0.1, row.train.grad_clip).item()
+            _timed_step(row, model, optimizer, x, y)
             times[k].append(time.perf_counter() - tick)
     return [statistics.median(t[len(t) // 2:]) for t in times]
 
