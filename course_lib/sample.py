@@ -58,7 +58,8 @@ def load_model(path: str, device: torch.device):
     try:
         config = model_config_from_dict(state["model_config"])
         model = DecoderLM(config)
-        model.load_state_dict(state["model"])
+        # the weights' moving average when the run kept one (TrainConfig.ema): what it evaluated
+        model.load_state_dict(state.get("averaged_model") or state["model"])
     except (TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {path!r} does not hold a valid model: "
                               f"{str(err).splitlines()[0]}") from None

@@ -94,6 +94,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, metavar="N", default=None,
                    help="split each step's batch into N micro-batches (same batch and update, less "
                         "memory; N must divide the batch size)")
+    p.add_argument("--ema", type=float, metavar="BETA", default=None,
+                   help="evaluate, save and sample from a moving average of the weights, "
+                        "θ̄ ← BETA·θ̄ + (1 − BETA)·θ after every step (0 < BETA < 1; 0.99: about the "
+                        "last hundred steps)")
     p.add_argument("--target-loss", type=positive_float, metavar="X", default=None,
                    help="stop at the first evaluation whose validation loss is at or below X nats "
                         "per character, and report the time it took")
@@ -138,6 +142,7 @@ def run(args: argparse.Namespace) -> dict:
     model_config, train_config = get_preset(args.preset)
     changes = {k: v for k, v in (("steps", args.steps), ("seed", args.seed),
                                  ("grad_accum", args.grad_accum), ("precision", args.precision),
+                                 ("ema", args.ema),
                                  ("compile", args.compile or None))
                if v is not None}
     if changes:

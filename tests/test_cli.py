@@ -77,7 +77,7 @@ def test_help_explains_every_option(capsys):
     assert info.value.code == 0
     text = capsys.readouterr().out
     for option in ("--preset", "--out", "--steps", "--seed", "--grad-accum", "--precision", "--target-loss",
-                   "--compile", "--device", "--threads",
+                   "--ema", "--compile", "--device", "--threads",
                    "--resume",
                    "--no-progress", "shakespeare-cpu", "shakespeare-gpu"):
         assert option in text
@@ -109,6 +109,10 @@ def test_bad_numbers_are_refused(capsys, tmp_path):
     one_line_error(capsys, train_cli.main, ["--target-loss", "nan"], "--target-loss")
     one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--grad-accum", "3", "--out", str(tmp_path / "g")],
                    "grad_accum (3) must divide batch_size (8)")
+    for beta in ("1", "0", "nan"):
+        one_line_error(capsys, train_cli.main, ["--preset", "tiny", "--ema", beta, "--out", str(tmp_path / "e")],
+                       "ema (", "must be None or a decay in (0, 1)")
+    assert not (tmp_path / "e").exists()  # refused before anything is written
     ck = str(tmp_path)
     one_line_error(capsys, sample_cli.main, [ck, "--temperature", "-1"], "--temperature", "≥ 0")
     one_line_error(capsys, sample_cli.main, [ck, "--temperature", "nan"], "--temperature")

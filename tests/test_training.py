@@ -318,6 +318,53 @@ def test_a_checkpoint_written_before_a_field_existed_resumes(corpus, tmp_path):
         load_checkpoint(path, train_config=RUN.replace(grad_accum=2))
 
 
+# --- the weights' moving average ---------------------------------------------------------------------
+
+def test_the_moving_average_follows_its_formula_and_is_what_is_evaluated(corpus):
+    """With ema β the trainer keeps θ̄₁ = θ₁, θ̄ₜ = β θ̄ₜ₋₁ + (1 − β) θₜ, recomputed here from the
+    weights after every step; evaluations score θ̄, and training θ is as without the average."""
+    beta = 0.8
+    run = RUN.replace(ema=beta, steps=5, eval_interval=5)
+    plain = trainer_for(corpus, RUN.replace(steps=5, eval_interval=5))
+    plain.train()
+    averaged = trainer_for(corpus, run)
+    expected = None
+    for step in range(1, 6):
+        averaged.train(until=step)
+        weights = [p.detach().clone() for p in averaged.model.parameters()]
+        expected = weights if expected is None else [beta * e + (1 - beta) * w for e, w in zip(expected, weights)]
+    assert int(averaged.average.n_averaged) == 5
+    for e, a in zip(expected, averaged.evaluated_model.parameters()):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-7)
+    assert averaged.step_losses == plain.step_losses  # the average does not touch training
+    assert averaged.history[-1]["val_loss"] == evaluate(averaged.average.module, corpus[1], RUN.context, 256)
+    assert averaged.history[-1]["val_loss"] != plain.history[-1]["val_loss"]
+    assert plain.evaluated_model is plain.model and plain.average is None
+
+
+def test_a_run_with_a_moving_average_resumes_exactly_and_samples_from_it(corpus, tmp_path):
+    from course_lib.sample import load_model
+
+    run = RUN.replace(ema=0.9)
+    straight = trainer_for(corpus, run)
+    straight.train()
+    first = trainer_for(corpus, run)
+    first.train(until=6)
+    first.save(tmp_path / "ck.pt")
+    resumed = Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(MODEL, 99), *corpus, run, progress=False)
+    resumed.train()
+    assert [r["val_loss"] for r in resumed.history] == [r["val_loss"] for r in straight.history]
+    for a, b in zip(resumed.evaluated_model.parameters(), straight.evaluated_model.parameters()):
+        assert torch.equal(a, b)
+    resumed.vocab = load_char_data().tokenizer.vocab
+    resumed.save(tmp_path / "end.pt")
+    sampled, _ = load_model(str(tmp_path / "end.pt"), torch.device("cpu"))
+    for a, b in zip(sampled.parameters(), straight.evaluated_model.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(CheckpointError, match="ema"):  # a run without the average cannot resume it
+        Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(MODEL), *corpus, RUN, progress=False)
+
+
 # --- configs and presets -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, message", [
@@ -329,6 +376,9 @@ def test_a_checkpoint_written_before_a_field_existed_resumes(corpus, tmp_path):
     (dict(warmup_steps=-1), r"warmup_steps \(-1\)"),
     (dict(grad_accum=0), r"grad_accum \(0\)"),
     (dict(grad_accum=3), r"grad_accum \(3\) must divide batch_size \(4\)"),
+    (dict(ema=1.0), r"ema \(1.0\) must be None or a decay in \(0, 1\)"),
+    (dict(ema=0), r"ema \(0\)"),
+    (dict(ema=True), r"ema \(True\)"),
 ])
 def test_train_config_errors_name_the_field(change, message):
     with pytest.raises((ValueError, TypeError), match=message):

@@ -39,6 +39,7 @@ One concept per file, everything imported from here (``from course_lib.training 
   bfloat16 or float16 (with loss scaling) for the forward and backward passes.
 * ``distributed`` — :func:`init_distributed`, :func:`rank_rows`, :func:`mean_over_ranks`: several
   processes under torchrun, each training on its rows of the same global batch.
+* ``averaging`` — :func:`weight_average`, an exponential moving average of the weights.
 * ``evaluation`` — :func:`evaluate`, :func:`bits_per_char` and :func:`loss_per_position`.
 * ``progress`` — ``progress_bar`` and ``close_progress_bar``.
 * ``loop`` — :func:`smoke_capped`, :func:`train_on_batches` and :class:`Trainer`.
@@ -48,6 +49,7 @@ One concept per file, everything imported from here (``from course_lib.training 
 
 from __future__ import annotations
 
+from .averaging import weight_average
 from .checkpoints import (CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, model_config_from_dict,
                           save_checkpoint, train_config_from_dict)
 from .distributed import World, close_distributed, init_distributed, mean_over_ranks, rank_rows
@@ -79,6 +81,7 @@ __all__ = [
     "make_muon_optimizer",
     "build_model",
     "train_step",
+    "weight_average",
     "evaluate",
     "bits_per_char",
     "loss_per_position",

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..data import get_batch
+from .averaging import weight_average
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from .distributed import World, mean_over_ranks, rank_rows
 from .evaluation import bits_per_char, evaluate
@@ -171,6 +172,8 @@ class Trainer:
                 raise ValueError(f"{name} holds token id {int(split.max())}, outside the model's "
                                  f"vocabulary (vocab_size {model_config.vocab_size})")
         self.optimizer = make_optimizer(model, config)
+        # θ̄, the weights' moving average (config.ema), or None: what is evaluated and sampled
+        self.average = weight_average(model, config.ema) if config.ema is not None else None
         self.precision = resolve_precision(config.precision, self.device)  # "auto" decided here
         _check_optimizer_precision(config.optimizer, self.precision)
         self.scaler = make_grad_scaler(self.precision, self.device)  # float16 only
@@ -191,9 +194,15 @@ class Trainer:
         return lr_at(step, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
                      cooldown=c.cooldown)
 
+    @property
+    def evaluated_model(self) -> nn.Module:
+        """The model that evaluations score: the weights' moving average with ``config.ema``, else
+        the model itself."""
+        return self.average.module if self.average is not None else self.model
+
     def evaluate(self) -> float:
-        """The validation loss now (nats per character, whole split)."""
-        return evaluate(self.model, self.val_data, self.config.evaluation_context,
+        """The validation loss now (nats per character, whole split) of :attr:`evaluated_model`."""
+        return evaluate(self.evaluated_model, self.val_data, self.config.evaluation_context,
                         self.config.eval_batch_size, self.precision)
 
     def train(self, until: int | None = None,
@@ -284,6 +293,8 @@ class Trainer:
                 loss, norm = train_step(self.step_model, self.optimizer, x, y, self.lr(self.step),
                                         c.grad_clip, return_grad_norm=True, grad_accum=c.grad_accum,
                                         precision=self.precision, scaler=self.scaler)
+                if self.average is not None:
+                    self.average.update_parameters(model)  # θ̄ ← β θ̄ + (1 − β) θ
                 losses.append(mean_over_ranks(loss, self.world))  # the whole batch's loss
                 norms.append(norm)
                 self.step += 1
@@ -346,6 +357,9 @@ class Trainer:
             "precision": self.precision,
             "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "skipped_steps": list(self.skipped_steps),
+            # with config.ema: the averaged weights (keys as "model"'s) and how many steps they hold
+            "averaged_model": self.average.module.state_dict() if self.average is not None else None,
+            "averaged_steps": int(self.average.n_averaged) if self.average is not None else 0,
         }
 
     def save(self, path: str | os.PathLike) -> None:
@@ -381,4 +395,7 @@ class Trainer:
         if trainer.scaler is not None and state.get("grad_scaler"):
             trainer.scaler.load_state_dict(state["grad_scaler"])
         trainer.skipped_steps = list(state.get("skipped_steps", []))
+        if trainer.average is not None:
+            trainer.average.module.load_state_dict(state["averaged_model"])
+            trainer.average.n_averaged.fill_(state["averaged_steps"])
         return trainer

@@ -58,7 +58,9 @@ class TrainConfig:
     (float16 with a gradient scaler), or ``"auto"``: bfloat16 on a CUDA GPU that has it, float16 on
     one that does not, float32 on a CPU. ``compile`` runs the training steps through
     :func:`torch.compile` (the same numbers, to float rounding, once compiled); evaluation and
-    checkpoints use the model itself.
+    checkpoints use the model itself. ``ema`` β (None: off) keeps an exponential moving average of
+    the weights, θ̄ ← β θ̄ + (1 − β) θ after every step (:mod:`~course_lib.training.averaging`), and
+    evaluates it instead of θ; a checkpoint holds both, and sampling uses θ̄.
     """
 
     batch_size: int = 32
@@ -80,6 +82,7 @@ class TrainConfig:
     cooldown: float | None = None  # None: cosine decay; f: constant, then linear over the last f
     eval_context: int | None = None  # None: the training context
     compile: bool = False  # the training steps' forward and backward through torch.compile
+    ema: float | None = None  # None: evaluate the weights; β: their moving average (see above)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "context", "steps", "eval_interval", "eval_batch_size"):
@@ -119,6 +122,10 @@ class TrainConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be True or False, got {self.compile!r}")
+        if self.ema is not None and (isinstance(self.ema, bool) or not isinstance(self.ema, (int, float))
+                                     or not 0 < self.ema < 1):
+            raise ValueError(f"ema ({self.ema!r}) must be None or a decay in (0, 1), e.g. 0.99 (about "
+                             "the last hundred steps)")
 
     def replace(self, **changes) -> TrainConfig:
         """A copy with some fields changed (validated again)."""
