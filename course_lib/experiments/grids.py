@@ -160,7 +160,8 @@ GRIDS: dict[str, Grid] = {grid.name: grid for grid in (
     # chapter 13; about twenty minutes on 2 cores (the recipe's runs take most of it)
     Grid("speedrun-short", "the speedrun's ingredients in a sixth of the recipe's time, schedule fitted",
          rows=_short_rows(), seeds=(0, 1, 2), budget_row="recipe", budget_fraction=1 / 6, evaluations=4),
-    # chapter 13; about thirty-five minutes on 2 cores (every run takes the recipe's time)
+    # chapter 13; half an hour to an hour on 2 cores, with the machine's speed (every run takes the
+    # recipe's time)
     Grid("speedrun-long", "the speedrun's ingredients in the recipe's whole time, schedule fitted",
          rows=_long_rows(), seeds=(0, 1, 2), budget_row="recipe", evaluations=10),
 )}
