@@ -114,10 +114,10 @@ def _long_rows() -> tuple[Row, ...]:
     row of ``speedrun-short``) given the recipe's whole time, its schedule fitted to it; then the
     same with four changes found by single-seed probes to pay at that length: a bigram embedding
     (one learned vector per pair of characters, cheap at 65 of them), batches of 48, a learning
-    rate of 1.2·10⁻² and a cool-down all the way to 0. Then two more, one at a time, found by
-    probes on three seeds: the batch of 48 taken as two micro-batches of 24 (the same update, to
-    float rounding, in less time on this CPU), and evaluating a moving average of the weights
-    (β = 0.99, about the last hundred steps)."""
+    rate of 1.2·10⁻² and a cool-down all the way to 0. Then two more, one at a time, suggested by
+    later probes: the batch of 48 taken as two micro-batches of 24 (the same update, to float
+    rounding; probes timed the split step as quicker, the grid's calibration does not), and
+    evaluating a moving average of the weights (β = 0.99, about the last hundred steps)."""
     short = _short_rows()
     preset = short[-1]
     bigram = Row("3x96+bigram+b48", preset.model.replace(bigram_embed=True),

@@ -123,6 +123,11 @@ class Trainer:
     and the scaler's state with it; :meth:`from_checkpoint` continues it exactly, in the precision it
     was started in.
 
+    With ``config.ema`` the trainer also keeps ``average``, an exponential moving average of the
+    weights (:func:`~course_lib.training.averaging.weight_average`, updated after every step), and
+    every evaluation scores it instead of the weights themselves (:attr:`evaluated_model`); the
+    checkpoint holds both.
+
     ``world`` (:class:`~course_lib.training.distributed.World`, from ``init_distributed`` under
     torchrun): with N processes every rank draws the same global batch and trains on its B / N rows
     through ``DistributedDataParallel``, which averages the gradients; the logged losses are the
