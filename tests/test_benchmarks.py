@@ -99,7 +99,7 @@ model = DecoderLM(ModelConfig(**bench.TRAIN, d_ff=bench.MODERN_D_FF, max_seq_len
 optimizer = make_optimizer(model, TrainConfig(batch_size=bench.TRAIN_BATCH, context=bench.TRAIN_T))
 x, y = torch.randint(0, bench.TRAIN["vocab_size"], (2, bench.TRAIN_BATCH, bench.TRAIN_T))
 step = lambda: train_step(model, optimizer, x, y, lr=1e-4)
-for _ in range(3):
+for _ in range(12):  # the heap grows to its working size over the first steps
     step()
 print(*(bench.page_faults_per_call(step, calls=1) for _ in range(7)))
 """
@@ -110,7 +110,11 @@ print(*(bench.page_faults_per_call(step, calls=1) for _ in range(7)))
 def test_a_pinned_heap_gives_the_training_step_warm_memory():
     # Left to glibc, this step maps and zeroes thousands of fresh pages most times it runs (about
     # 3,000 a step in the median, 12 MB); pinned, it reuses the heap's warm pages, and only the
-    # odd step that grows the heap touches new ones.
+    # odd step that grows the heap touches new ones. The heap takes several steps to reach its
+    # working size, more when the two threads are slowed by other work: after three warm-up
+    # steps, under make test's load, three or four of seven measured steps still grew it (median
+    # 250–690 faults); after twelve, about one in thirty. Unpinned, the median stays in the
+    # thousands after twelve as after three.
     # The benchmark's two threads, sleeping rather than spinning while they wait for a core: make test
     # runs this beside the background jobs, where spinning threads took 81 s over ten steps.
     result = subprocess.run([sys.executable, "-c", PINNED_STEP, str(BENCHMARK)], capture_output=True,
