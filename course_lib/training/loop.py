@@ -362,9 +362,8 @@ class Trainer:
             "precision": self.precision,
             "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "skipped_steps": list(self.skipped_steps),
-            # with config.ema: the averaged weights (keys as "model"'s) and how many steps they hold
+            # with config.ema: the averaged weights (keys as "model"'s), updated once per step
             "averaged_model": self.average.module.state_dict() if self.average is not None else None,
-            "averaged_steps": int(self.average.n_averaged) if self.average is not None else 0,
         }
 
     def save(self, path: str | os.PathLike) -> None:
@@ -402,5 +401,5 @@ class Trainer:
         trainer.skipped_steps = list(state.get("skipped_steps", []))
         if trainer.average is not None:
             trainer.average.module.load_state_dict(state["averaged_model"])
-            trainer.average.n_averaged.fill_(state["averaged_steps"])
+            trainer.average.n_averaged.fill_(trainer.step)  # one update per step taken
         return trainer
