@@ -61,6 +61,15 @@ class ModelConfig:
     first position of a sequence, or of a window), so (V + 1)·V rows, all starting at zero. It
     gives the first block what a previous-token head would have to learn; a lookup, it costs no
     FLOPs to speak of but (V + 1)·V·D parameters (cheap at V = 65 characters, not at 32,000 tokens).
+
+    ``trigram_buckets`` R: a third table, of R rows, for the triple (token before the previous,
+    previous token, token): x_t gains G[((id_{t−2}·(V + 1) + id_{t−1})·V + id_t) mod R], the
+    missing tokens before a sequence's start again V, the table again all zero at first. There are
+    (V + 1)²·V triples, too many for a row each, so triples share rows, R of them: a hashed
+    embedding (Svenstrup et al., 2017), the trick of the n-gram tables that Huang et al. (2025)
+    add to a transformer's input. Few occurrences fall in a row shared with a more frequent triple
+    when R well exceeds the number of distinct triples in the text (chapter 13 counts them). None:
+    no table.
     """
 
     vocab_size: int
@@ -86,6 +95,7 @@ class ModelConfig:
     zero_init_out: bool = False  # w_o and w_down start at zero: every block starts as the identity
     logit_softcap: float | None = None  # c: logits → c·tanh(logits / c); None = no cap
     bigram_embed: bool = False  # add B[previous id · V + id], a row per pair of tokens (see above)
+    trigram_buckets: int | None = None  # R: add a hashed trigram table of R rows (see above)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
@@ -136,6 +146,8 @@ class ModelConfig:
             if not (self.logit_softcap > 0 and math.isfinite(self.logit_softcap)):
                 raise ValueError(f"logit_softcap ({self.logit_softcap}) must be positive and finite: "
                                  f"the logits' bound c in c·tanh(z / c)")
+        if self.trigram_buckets is not None:
+            _positive_int("trigram_buckets", self.trigram_buckets)
         for name in ("tie_embeddings", "bias", "qk_norm", "zero_init_out", "bigram_embed"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")

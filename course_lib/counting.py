@@ -53,14 +53,16 @@ class ParamCount:
     lm_head: int
     per_block: dict[str, int]
     bigram: int = 0  # the bigram table, (V + 1)·V·D with ``bigram_embed``
+    trigram: int = 0  # the hashed trigram table, R·D with ``trigram_buckets`` R
 
     def as_dict(self) -> dict[str, int]:
-        """The model-wide components (without ``per_block``, and without ``bigram`` where the
-        model has no bigram table)."""
+        """The model-wide components (without ``per_block``, and without ``bigram`` or
+        ``trigram`` where the model has no such table)."""
         d = asdict(self)
         d.pop("per_block")
-        if not d["bigram"]:
-            d.pop("bigram")
+        for table in ("bigram", "trigram"):
+            if not d[table]:
+                d.pop(table)
         return d
 
 
@@ -95,7 +97,8 @@ def count_params(config: ModelConfig) -> ParamCount:
     Per block: attention (w_q, w_k, w_v, w_o), FFN, two norms. Model: token embedding V·D, learned
     positions (``positional="learned"``) max_seq_len·D, N blocks, a final norm (pre-norm only: a
     post-norm stack already ends normalised), an LM head V·D unless it is tied to the embedding,
-    and with ``bigram_embed`` a bigram table (V + 1)·V·D.
+    with ``bigram_embed`` a bigram table (V + 1)·V·D, and with ``trigram_buckets`` R a trigram
+    table R·D.
     """
     c = _check_config(config)
     per_block = {"attention": _attention_params(c), "ffn": _ffn_params(c), "norms": 2 * _norm_params(c)}
@@ -110,6 +113,7 @@ def count_params(config: ModelConfig) -> ParamCount:
         "norms": c.n_layers * per_block["norms"] + (_norm_params(c) if c.placement == "pre" else 0),
         "lm_head": lm_head,
         "bigram": (c.vocab_size + 1) * c.vocab_size * c.d_model if c.bigram_embed else 0,
+        "trigram": (c.trigram_buckets or 0) * c.d_model,
     }
     return ParamCount(total=sum(parts.values()), per_block=per_block, **parts)
 

@@ -67,7 +67,7 @@ class ConcatKVCache:
             raise ValueError(f"n_layers ({n_layers}) must be a positive int")
         self.n_layers = n_layers
         self.length = 0  # positions stored in every layer after the last advance()
-        self.last_ids: torch.Tensor | None = None  # (B, 1): the newest token (a bigram embedding's)
+        self.last_ids: torch.Tensor | None = None  # (B, 2): the two newest tokens (for n-gram tables)
         self.k: list[torch.Tensor | None] = [None] * n_layers
         self.v: list[torch.Tensor | None] = [None] * n_layers
 
@@ -133,7 +133,7 @@ class KVCache:
         self.v = [torch.zeros(shape, **new) for _ in range(n_layers)]  # values
         self.n_layers, self.max_len = n_layers, max_len
         self.length = 0  # positions 0 … length − 1 are filled in every layer
-        self.last_ids: torch.Tensor | None = None  # (B, 1): the newest token (a bigram embedding's)
+        self.last_ids: torch.Tensor | None = None  # (B, 2): the two newest tokens (for n-gram tables)
 
     @classmethod
     def for_model(cls, config, batch: int, max_len: int | None = None, *,

@@ -32,7 +32,21 @@ from .kv_cache import ConcatKVCache, KVCache
 from .positional import LearnedPositionalEmbedding, rope_cos_sin, sinusoidal_encoding
 from .sampling import check_sampling_args, sample_next
 
-__all__ = ["DecoderLM", "config_from_hf", "next_token_probs"]
+__all__ = ["DecoderLM", "bigram_rows", "config_from_hf", "next_token_probs", "trigram_rows"]
+
+
+def bigram_rows(earlier: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Row id_{t−1}·V + id_t of the bigram table for every position, (B, T), from ``earlier``
+    (B, 2 + T): the two tokens before the first position (V: none), then the T tokens."""
+    return earlier[:, 1:-1] * vocab_size + earlier[:, 2:]  # (B, T)
+
+
+def trigram_rows(earlier: torch.Tensor, vocab_size: int, buckets: int) -> torch.Tensor:
+    """Row ((id_{t−2}·(V + 1) + id_{t−1})·V + id_t) mod R of the hashed trigram table, (B, T):
+    each of the (V + 1)²·V triples has an index of its own, and R rows take them in turn."""
+    V = vocab_size
+    triple = (earlier[:, :-2] * (V + 1) + earlier[:, 1:-1]) * V + earlier[:, 2:]  # (B, T)
+    return triple % buckets  # (B, T)
 
 
 class DecoderLM(nn.Module):
@@ -63,6 +77,8 @@ class DecoderLM(nn.Module):
         self.embed = TokenEmbedding(config.vocab_size, config.d_model, init_std=config.init_std)
         if config.bigram_embed:  # a row per (previous token or none, token), all zero at first
             self.bigram = nn.Embedding((config.vocab_size + 1) * config.vocab_size, config.d_model)
+        if config.trigram_buckets:  # R rows shared by the (V + 1)²·V triples, all zero at first
+            self.trigram = nn.Embedding(config.trigram_buckets, config.d_model)
         if config.positional == "learned":
             self.pos_embed = LearnedPositionalEmbedding(config.max_seq_len, config.d_model,
                                                         init_std=config.init_std)
@@ -72,6 +88,8 @@ class DecoderLM(nn.Module):
         gpt2_init_(self, config.n_layers, std=config.init_std)
         if config.bigram_embed:  # after gpt2_init_, which draws every nn.Embedding
             nn.init.zeros_(self.bigram.weight)
+        if config.trigram_buckets:
+            nn.init.zeros_(self.trigram.weight)
         if config.zero_init_out:  # every block starts as the identity: x + 0 + 0
             with torch.no_grad():
                 for block in self.blocks:
@@ -120,8 +138,12 @@ class DecoderLM(nn.Module):
             # for the position encoding only
             positions = _check_positions(positions, T).to(ids.device)  # (T,)
         x = self.embed(ids)  # (B, T, D)
-        if c.bigram_embed:
-            x = x + self.bigram(self._bigram_ids(ids, cache))  # (B, T, D)
+        if c.bigram_embed or c.trigram_buckets:
+            earlier = self._earlier_ids(ids, cache)  # (B, 2 + T)
+            if c.bigram_embed:
+                x = x + self.bigram(bigram_rows(earlier, c.vocab_size))  # (B, T, D)
+            if c.trigram_buckets:
+                x = x + self.trigram(trigram_rows(earlier, c.vocab_size, c.trigram_buckets))  # (B, T, D)
         cos = sin = None
         if c.positional == "rope":
             cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta,
@@ -152,20 +174,32 @@ class DecoderLM(nn.Module):
             logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)  # (B, T, V)
         return logits
 
-    def _bigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
-        """Each position's row of the bigram table, previous id · V + id (B, T), the previous id
-        of the first position being the cache's newest token or, with none, V ("no token")."""
+    def _earlier_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """(B, 2 + T): the two tokens before ``ids``, then ``ids``. The two are the cache's newest
+        or, with none, V ("no token"), as at the start of every training window; the cache keeps
+        the newest two for the next call."""
         V = self.config.vocab_size
-        first = ids.new_full((ids.shape[0], 1), V)  # (B, 1): no token before the first
+        before = ids.new_full((ids.shape[0], 2), V)  # (B, 2): no tokens before the first
         if cache is not None:
             if cache.length and cache.last_ids is None:
-                raise ValueError("a model with bigram_embed needs a cache its own forward filled: "
-                                 "this one holds positions but not the token before the new ones")
+                raise ValueError("a model with bigram_embed or trigram_buckets needs a cache its own "
+                                 "forward filled: this one holds positions but not the tokens before "
+                                 "the new ones")
             if cache.length:
-                first = cache.last_ids  # (B, 1)
-            cache.last_ids = ids[:, -1:]  # (B, 1): the token before the next call's first
-        previous = torch.cat([first, ids[:, :-1]], dim=1)  # (B, T): id_{t−1}, V before the first
-        return previous * V + ids  # (B, T)
+                before = cache.last_ids  # (B, 2)
+        earlier = torch.cat([before, ids], dim=1)  # (B, 2 + T)
+        if cache is not None:
+            cache.last_ids = earlier[:, -2:]  # (B, 2): the two before the next call's first
+        return earlier
+
+    def _bigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """Each position's row of the bigram table, (B, T) (:func:`bigram_rows`)."""
+        return bigram_rows(self._earlier_ids(ids, cache), self.config.vocab_size)
+
+    def _trigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """Each position's row of the trigram table, (B, T) (:func:`trigram_rows`)."""
+        return trigram_rows(self._earlier_ids(ids, cache), self.config.vocab_size,
+                            self.config.trigram_buckets)
 
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""

@@ -17,7 +17,7 @@ from course_lib.config import ModelConfig
 from course_lib.counting import count_params
 from course_lib.ffn import FeedForward, ffn_params, relu_squared
 from course_lib.kv_cache import KVCache
-from course_lib.model import DecoderLM, _hf_name
+from course_lib.model import DecoderLM, _hf_name, bigram_rows, trigram_rows
 from course_lib.positional import rope_cos_sin
 from course_lib.training import Trainer, TrainConfig, evaluate, get_preset, lr_at, make_optimizer
 from course_lib.training.muon import CombinedOptimizer
@@ -298,7 +298,7 @@ def test_a_cache_filled_without_its_newest_token_is_refused():
     with torch.no_grad():
         model(torch.tensor([[1, 2, 3]]), cache=cache)
         cache.last_ids = None  # as a cache filled by another model would be
-        with pytest.raises(ValueError, match="bigram_embed"):
+        with pytest.raises(ValueError, match="bigram_embed or trigram_buckets"):
             model(torch.tensor([[4]]), cache=cache)
     cache.reset()
     assert cache.length == 0 and cache.last_ids is None
@@ -320,6 +320,91 @@ def test_the_bigram_table_is_counted_trained_by_adamw_and_only_its_used_rows_lea
     used = {V * V + 3, 3 * V + 5, 5 * V + 7, 7 * V + 5}
     nonzero = set(torch.nonzero(model.bigram.weight.grad.abs().sum(-1)).flatten().tolist())
     assert nonzero == used  # the rows of the pairs present, and no others
+
+
+# ----------------------------------------------------------------------- a hashed trigram table
+
+TRIGRAM = BIGRAM.replace(trigram_buckets=97)  # a prime, smaller than the 66·66·65 triples
+
+
+def _with_random_ngram_tables(config=TRIGRAM, seed: int = 0) -> DecoderLM:
+    torch.manual_seed(seed)
+    model = DecoderLM(config).eval()
+    with torch.no_grad():
+        for name in ("bigram", "trigram"):
+            if hasattr(model, name):
+                getattr(model, name).weight.normal_(0, 0.5)
+    return model
+
+
+def test_each_position_reads_the_trigram_row_of_its_two_previous_tokens_and_itself():
+    V, R = TRIGRAM.vocab_size, TRIGRAM.trigram_buckets
+    ids = torch.tensor([[3, 5, 7, 9]])
+    earlier = torch.tensor([[V, V, 3, 5, 7, 9]])  # V: no token before the first
+    assert torch.equal(DecoderLM(TRIGRAM)._earlier_ids(ids, None), earlier)
+    triples = [(V * (V + 1) + V) * V + 3, (V * (V + 1) + 3) * V + 5, (3 * (V + 1) + 5) * V + 7,
+               (5 * (V + 1) + 7) * V + 9]
+    assert trigram_rows(earlier, V, R).tolist() == [[t % R for t in triples]]
+    assert bigram_rows(earlier, V).tolist() == [[V * V + 3, 3 * V + 5, 5 * V + 7, 7 * V + 9]]
+    # every triple has an index of its own: the (V + 1)²·V of them fill 0 … (V + 1)²·V − 1 once each
+    a, b, c = torch.meshgrid(torch.arange(V + 1), torch.arange(V + 1), torch.arange(V), indexing="ij")
+    every = trigram_rows(torch.stack([a.flatten(), b.flatten(), c.flatten()], 1), V, 10 ** 9)
+    assert torch.equal(every.flatten().sort().values, torch.arange((V + 1) ** 2 * V))
+    # the embedding the blocks see is E[id] + B[bigram row] + G[trigram row]
+    model = _with_random_ngram_tables()
+    assert model.trigram.weight.shape == (R, TRIGRAM.d_model)
+    seen = {}
+    hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    expected = (model.embed(ids) + model.bigram.weight[bigram_rows(earlier, V)]
+                + model.trigram.weight[trigram_rows(earlier, V, R)])
+    torch.testing.assert_close(seen["x"], expected)
+
+
+def test_a_new_trigram_table_is_zero_so_the_model_starts_as_without_it():
+    model = DecoderLM(TRIGRAM)
+    assert torch.count_nonzero(model.trigram.weight) == 0
+    plain = DecoderLM(BIGRAM)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("trigram")})
+    ids = torch.randint(0, TRIGRAM.vocab_size, (2, 16))
+    torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("config", [TRIGRAM, SMALL.replace(trigram_buckets=50)], ids=["both", "trigram"])
+@pytest.mark.parametrize("cache", ["preallocated", "concat"])
+def test_cached_decoding_with_a_trigram_table_matches_decoding_without_a_cache(cache, config):
+    """The cache carries the two newest tokens; a window refilled from the text starts again from
+    "no token" twice, as every training window does."""
+    model = _with_random_ngram_tables(config)
+    prompt = torch.randint(0, config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(1))
+    for new in (1, 20, 70):  # 70: past the window (64), where the cache is emptied and refilled
+        assert torch.equal(model.generate(prompt, new, cache=cache), model.generate(prompt, new, use_cache=False))
+
+
+def test_the_trigram_table_is_counted_trained_by_adamw_and_only_its_used_rows_learn():
+    V, D, R = TRIGRAM.vocab_size, TRIGRAM.d_model, TRIGRAM.trigram_buckets
+    model = DecoderLM(TRIGRAM)
+    counts = count_params(TRIGRAM)
+    assert counts.trigram == R * D and count_params(BIGRAM).trigram == 0
+    assert counts.total == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    assert counts.total - count_params(BIGRAM).total == counts.trigram
+    assert "trigram" in counts.as_dict() and "trigram" not in count_params(BIGRAM).as_dict()
+    optimizer = make_optimizer(model, TrainConfig(batch_size=2, context=8, optimizer="muon"))
+    in_muon = {id(p) for g in optimizer.optimizers["muon"].param_groups for p in g["params"]}
+    assert id(model.trigram.weight) not in in_muon  # a table: AdamW's
+    ids = torch.tensor([[3, 5, 7, 5]])
+    F.cross_entropy(model(ids).flatten(0, 1), torch.tensor([5, 7, 5, 3])).backward()
+    used = set(trigram_rows(model._earlier_ids(ids, None), V, R).flatten().tolist())
+    nonzero = set(torch.nonzero(model.trigram.weight.grad.abs().sum(-1)).flatten().tolist())
+    assert nonzero == used  # the rows of the triples present, and no others
+
+
+@pytest.mark.parametrize("value, error", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_trigram_buckets_must_be_a_positive_int_or_none(value, error):
+    with pytest.raises(error, match="trigram_buckets"):
+        SMALL.replace(trigram_buckets=value)
 
 
 def test_bigram_embed_must_be_a_bool():
