@@ -61,7 +61,9 @@ class DecoderLM(nn.Module):
     mode drops the blocks' input, attention's weights and each branch's output (probability p,
     survivors scaled by 1/(1 − p)); eval mode never does. ``config.zero_init_out`` starts
     ``w_o`` and ``w_down`` at zero instead; ``config.logit_softcap`` c bounds the logits as
-    c·tanh(z/c).
+    c·tanh(z/c). ``config.bigram_embed`` and ``config.trigram_buckets`` add the tables ``bigram``
+    and ``trigram`` (zero at first) to the token embedding, read at each token and the one or two
+    before it (:func:`bigram_rows`, :func:`trigram_rows`).
     """
 
     def __init__(self, config: ModelConfig):
@@ -143,7 +145,8 @@ class DecoderLM(nn.Module):
             if c.bigram_embed:
                 x = x + self.bigram(bigram_rows(earlier, c.vocab_size))  # (B, T, D)
             if c.trigram_buckets:
-                x = x + self.trigram(trigram_rows(earlier, c.vocab_size, c.trigram_buckets))  # (B, T, D)
+                rows = trigram_rows(earlier, c.vocab_size, c.trigram_buckets)  # (B, T)
+                x = x + self.trigram(rows)  # (B, T, D)
         cos = sin = None
         if c.positional == "rope":
             cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta,
@@ -195,11 +198,6 @@ class DecoderLM(nn.Module):
     def _bigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
         """Each position's row of the bigram table, (B, T) (:func:`bigram_rows`)."""
         return bigram_rows(self._earlier_ids(ids, cache), self.config.vocab_size)
-
-    def _trigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
-        """Each position's row of the trigram table, (B, T) (:func:`trigram_rows`)."""
-        return trigram_rows(self._earlier_ids(ids, cache), self.config.vocab_size,
-                            self.config.trigram_buckets)
 
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""
