@@ -195,10 +195,6 @@ class DecoderLM(nn.Module):
             cache.last_ids = earlier[:, -2:]  # (B, 2): the two before the next call's first
         return earlier
 
-    def _bigram_ids(self, ids: torch.Tensor, cache) -> torch.Tensor:
-        """Each position's row of the bigram table, (B, T) (:func:`bigram_rows`)."""
-        return bigram_rows(self._earlier_ids(ids, cache), self.config.vocab_size)
-
     def _sliding_window_mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor | None:
         """Mistral's sliding window: query q may attend to key k when 0 ≤ q − k < window."""
         window = self.config.sliding_window

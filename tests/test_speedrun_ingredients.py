@@ -244,30 +244,39 @@ def test_eval_context_sets_the_evaluation_windows():
 BIGRAM = SMALL.replace(bigram_embed=True)
 
 
-def _with_random_bigram_table(seed: int = 0) -> DecoderLM:
+def _with_random_ngram_tables(config: ModelConfig = BIGRAM, seed: int = 0) -> DecoderLM:
+    """The model of ``config`` in eval mode, its bigram and trigram tables (those it has) drawn
+    at random instead of zero, so that reading a wrong row shows."""
     torch.manual_seed(seed)
-    model = DecoderLM(BIGRAM).eval()
+    model = DecoderLM(config).eval()
     with torch.no_grad():
-        model.bigram.weight.normal_(0, 0.5)
+        for name in ("bigram", "trigram"):
+            if hasattr(model, name):
+                getattr(model, name).weight.normal_(0, 0.5)
     return model
+
+
+def _first_block_input(model: DecoderLM, ids: torch.Tensor) -> torch.Tensor:
+    """What the first block receives for ``ids``: the embedding with every table added."""
+    seen = {}
+    hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    return seen["x"]
 
 
 def test_each_position_reads_the_row_of_its_previous_token_and_itself():
     V = BIGRAM.vocab_size
     model = DecoderLM(BIGRAM)
     ids = torch.tensor([[3, 5, 7], [0, 0, V - 1]])
-    assert model._bigram_ids(ids, None).tolist() == [[V * V + 3, 3 * V + 5, 5 * V + 7],
-                                                     [V * V + 0, 0 * V + 0, 0 * V + V - 1]]
+    rows = bigram_rows(model._earlier_ids(ids, None), V)
+    assert rows.tolist() == [[V * V + 3, 3 * V + 5, 5 * V + 7], [V * V + 0, 0 * V + 0, 0 * V + V - 1]]
     assert model.bigram.weight.shape == ((V + 1) * V, BIGRAM.d_model)
     # the embedding the blocks see is E[id] + B[row]
-    model = _with_random_bigram_table()
-    seen = {}
-    hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
-    with torch.no_grad():
-        model(ids)
-    hook.remove()
-    expected = model.embed(ids) + model.bigram.weight[model._bigram_ids(ids, None)]
-    torch.testing.assert_close(seen["x"], expected)
+    model = _with_random_ngram_tables()
+    expected = model.embed(ids) + model.bigram.weight[rows]
+    torch.testing.assert_close(_first_block_input(model, ids), expected)
 
 
 def test_a_new_bigram_table_is_zero_so_the_model_starts_as_without_it():
@@ -283,7 +292,7 @@ def test_a_new_bigram_table_is_zero_so_the_model_starts_as_without_it():
 def test_cached_decoding_with_a_bigram_table_matches_decoding_without_a_cache(cache):
     """The cache carries the newest token, so that the first new position reads the right row; a
     window refilled from the text starts again from "no token", as every training window does."""
-    model = _with_random_bigram_table()
+    model = _with_random_ngram_tables()
     prompt = torch.randint(0, BIGRAM.vocab_size, (2, 5), generator=torch.Generator().manual_seed(1))
     uncached = model.generate(prompt, 20, use_cache=False)
     assert torch.equal(model.generate(prompt, 20, cache=cache), uncached)
@@ -293,7 +302,7 @@ def test_cached_decoding_with_a_bigram_table_matches_decoding_without_a_cache(ca
 
 
 def test_a_cache_filled_without_its_newest_token_is_refused():
-    model = _with_random_bigram_table()
+    model = _with_random_ngram_tables()
     cache = KVCache.for_model(BIGRAM, 1, 16)
     with torch.no_grad():
         model(torch.tensor([[1, 2, 3]]), cache=cache)
@@ -327,16 +336,6 @@ def test_the_bigram_table_is_counted_trained_by_adamw_and_only_its_used_rows_lea
 TRIGRAM = BIGRAM.replace(trigram_buckets=97)  # a prime, smaller than the 66·66·65 triples
 
 
-def _with_random_ngram_tables(config=TRIGRAM, seed: int = 0) -> DecoderLM:
-    torch.manual_seed(seed)
-    model = DecoderLM(config).eval()
-    with torch.no_grad():
-        for name in ("bigram", "trigram"):
-            if hasattr(model, name):
-                getattr(model, name).weight.normal_(0, 0.5)
-    return model
-
-
 def test_each_position_reads_the_trigram_row_of_its_two_previous_tokens_and_itself():
     V, R = TRIGRAM.vocab_size, TRIGRAM.trigram_buckets
     ids = torch.tensor([[3, 5, 7, 9]])
@@ -351,16 +350,11 @@ def test_each_position_reads_the_trigram_row_of_its_two_previous_tokens_and_itse
     every = trigram_rows(torch.stack([a.flatten(), b.flatten(), c.flatten()], 1), V, 10 ** 9)
     assert torch.equal(every.flatten().sort().values, torch.arange((V + 1) ** 2 * V))
     # the embedding the blocks see is E[id] + B[bigram row] + G[trigram row]
-    model = _with_random_ngram_tables()
+    model = _with_random_ngram_tables(TRIGRAM)
     assert model.trigram.weight.shape == (R, TRIGRAM.d_model)
-    seen = {}
-    hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
-    with torch.no_grad():
-        model(ids)
-    hook.remove()
     expected = (model.embed(ids) + model.bigram.weight[bigram_rows(earlier, V)]
                 + model.trigram.weight[trigram_rows(earlier, V, R)])
-    torch.testing.assert_close(seen["x"], expected)
+    torch.testing.assert_close(_first_block_input(model, ids), expected)
 
 
 def test_a_new_trigram_table_is_zero_so_the_model_starts_as_without_it():
