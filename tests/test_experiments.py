@@ -256,21 +256,23 @@ def test_the_short_speedrun_grid_ends_at_the_preset():
         assert len(changed - allowed) == 1, f"{row.label}: changes {sorted(changed)}"
 
 
-def test_the_long_speedrun_grid_is_the_preset_then_four_changes_then_three():
+def test_the_long_speedrun_grid_is_the_preset_then_four_changes_then_four_more():
     """speedrun-long: the recipe, the short grid's last row (the preset) given the recipe's whole
     time, then the four changes its label and chapter 13 name, and nothing else; then micro-batches,
-    the weights' moving average and a hashed trigram table, one row each."""
+    the weights' moving average, a hashed trigram table and one block fewer, one row each."""
     grid, short = get_grid("speedrun-long"), get_grid("speedrun-short")
     assert grid.budget_row == "recipe" and grid.budget_fraction == 1
     assert grid.rows[0] == short.rows[0] == GRIDS["speedrun"].rows[0]
     assert grid.evaluations == GRIDS["speedrun"].evaluations  # so that the recipe's runs are the same
-    preset, bigram, split, averaged, trigram = grid.rows[1:]
+    preset, bigram, split, averaged, trigram, shallower = grid.rows[1:]
     assert (preset.model, preset.train) == (short.rows[-1].model, short.rows[-1].train)
     assert bigram.model == preset.model.replace(bigram_embed=True)
     assert bigram.train == preset.train.replace(batch_size=48, lr=1.2e-2, min_lr=0.0)
     assert (split.model, split.train) == (bigram.model, bigram.train.replace(grad_accum=2))
     assert (averaged.model, averaged.train) == (split.model, split.train.replace(ema=0.99))
     assert (trigram.model, trigram.train) == (averaged.model.replace(trigram_buckets=2 ** 14), averaged.train)
+    assert (shallower.model, shallower.train) == (trigram.model.replace(n_layers=2), trigram.train)
+    assert trigram.model.n_layers == 3 and shallower.label == "2x96"
 
 
 def test_the_speedrun_rows_change_one_thing_each():
