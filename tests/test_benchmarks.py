@@ -132,20 +132,26 @@ def load_speedrun():
     return load_script(SPEEDRUN)
 
 
-@pytest.mark.parametrize("preset_seconds, preset_loss, status", [(30.0, 1.80, 0), (40.0, 1.80, 1), (30.0, 1.95, 1)])
+@pytest.mark.parametrize("long, preset_seconds, preset_loss, status", [
+    (False, 30.0, 1.80, 0), (False, 40.0, 1.80, 1), (False, 30.0, 1.95, 1),
+    (True, 190.0, 1.54, 0), (True, 210.0, 1.54, 1), (True, 190.0, 1.56, 1)])
 def test_speedrun_pairs_alternate_and_judge_both_targets(monkeypatch, capsys, tmp_path,
-                                                         preset_seconds, preset_loss, status):
+                                                         long, preset_seconds, preset_loss, status):
+    """The sixth: the recipe's loss in a sixth of its time; --long: 1.55 in all of it."""
     speedrun = load_speedrun()
     calls = []
     monkeypatch.setattr(speedrun, "run_recipe", lambda: calls.append("recipe") or (200.0, 1.90))
-    monkeypatch.setattr(speedrun, "run_preset", lambda: calls.append("preset") or (preset_seconds, preset_loss))
+    monkeypatch.setattr(speedrun, "run_preset",
+                        lambda preset: calls.append(preset) or (preset_seconds, preset_loss))
     out = tmp_path / "speedrun.json"
-    assert speedrun.main(["--pairs", "3", "--json", str(out)]) == status
-    assert calls == ["recipe", "preset", "preset", "recipe", "recipe", "preset"]  # the order alternates
+    assert speedrun.main(["--pairs", "3", "--json", str(out)] + ["--long"] * long) == status
+    preset = "shakespeare-speedrun-long" if long else "shakespeare-speedrun"
+    assert calls == ["recipe", preset, preset, "recipe", "recipe", preset]  # the order alternates
     summary = json.loads(out.read_text())
+    assert summary["preset"] == preset
     assert summary["median_ratio"] == pytest.approx(preset_seconds / 200.0)
-    assert summary["speed_met"] == (preset_seconds / 200.0 <= 1 / 6)
-    assert summary["loss_met"] == (preset_loss <= 1.90)
+    assert summary["speed_met"] == (preset_seconds / 200.0 <= (1.0 if long else 1 / 6))
+    assert summary["loss_met"] == (preset_loss <= (1.55 if long else 1.90))
     assert summary["machine"]["cores"] and summary["date"]
     assert "ratio" in capsys.readouterr().out
 

@@ -275,6 +275,17 @@ def test_the_long_speedrun_grid_is_the_preset_then_four_changes_then_four_more()
     assert trigram.model.n_layers == 3 and shallower.label == "2x96"
 
 
+def test_the_long_speedrun_preset_is_the_long_grids_last_row():
+    """shakespeare-speedrun-long is speedrun-long's last row (model and schedule), with its own
+    fixed number of steps, evaluated once, at the end."""
+    model, run = get_preset("shakespeare-speedrun-long")
+    last = get_grid("speedrun-long").rows[-1]
+    assert last.model == model
+    assert last.train.replace(steps=run.steps, eval_interval=run.eval_interval, seed=run.seed,
+                              precision=run.precision, eval_context=None) == run
+    assert run.eval_interval == run.steps
+
+
 def test_the_speedrun_rows_change_one_thing_each():
     """Each row of the speedrun grid differs from the row above it in the one thing its label names
     (SwiGLU and ReLU² change d_ff with the activation, to keep the parameters)."""
