@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-__all__ = ["provenance", "git_commit", "cpu_name"]
+__all__ = ["provenance", "git_commit", "cpu_name", "cpu_capability", "same_kernels"]
 
 
 def git_commit(folder: str | None = None) -> dict:
@@ -50,6 +50,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_capability() -> str | None:
+    """The instruction set torch's CPU kernels were chosen for here ("AVX2", "AVX512", ...): two
+    CPUs of one model name (a cloud's "AMD EPYC") can differ in it, and kernels written for another
+    instruction set add in another order, so that their results differ in the last bits."""
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return get() if get is not None else None
+
+
+def same_kernels(made: dict, here: dict) -> bool:
+    """Whether two provenances describe the same arithmetic: the same CPU model name, instruction
+    set, torch and thread count, so that one deterministic run repeats the other bit for bit. A
+    provenance written before the instruction set was recorded (2026-12-07) matches none."""
+    keys = ("cpu", "cpu_capability", "torch", "threads")
+    return made.get("cpu_capability") is not None and all(made.get(k) == here.get(k) for k in keys)
+
+
 def provenance(command: list[str] | None = None, *, code: dict | None = None) -> dict:
     """The provenance of a run made now by this process. ``command``: the command line that
     regenerates it (default: this process's). ``code``: :func:`git_commit`'s answer, when already
@@ -60,6 +76,7 @@ def provenance(command: list[str] | None = None, *, code: dict | None = None) ->
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),
+        "cpu_capability": cpu_capability(),
         "cores": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(command if command is not None else [sys.executable, *sys.argv]),
