@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from course_lib.experiments import copying
-from course_lib.experiments.provenance import cpu_name
+from course_lib.experiments.provenance import cpu_capability, cpu_name, same_kernels
 
 
 def test_committed_model_matches_the_code_that_trains_it():
@@ -32,13 +32,14 @@ def test_committed_model_matches_the_code_that_trains_it():
 
 
 def test_rerunning_the_start_reproduces_the_committed_losses():
-    """Ten steps on the full run's schedule: exactly the committed losses on the CPU, torch and
-    thread count that made them; to rounding elsewhere."""
+    """Ten steps on the full run's schedule: exactly the committed losses on the CPU, instruction
+    set, torch and thread count that made them; to rounding elsewhere."""
     _, record = copying.load_copying_model()
     _, losses, _ = copying.train_copying_model(stop_after=10)
     committed = record["step_losses"][:10]
-    prov = record["provenance"]
-    if (prov["cpu"], prov["torch"], prov["threads"]) == (cpu_name(), torch.__version__, copying.THREADS):
+    here = {"cpu": cpu_name(), "cpu_capability": cpu_capability(), "torch": torch.__version__,
+            "threads": copying.THREADS}
+    if same_kernels(record["provenance"], here):
         assert losses == committed
     else:
         assert losses == pytest.approx(committed, rel=1e-4)

@@ -24,6 +24,7 @@ from course_lib.experiments import runner as runner_module
 from course_lib.training import TrainConfig, get_preset
 
 from conftest import wait_for_replays
+from course_lib.experiments.provenance import same_kernels
 from replay_grids import COMMITTED, chosen_run, run_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -481,8 +482,12 @@ def replays():
 def test_a_committed_grid_reproduces(name, replays):
     """One committed run of each grid, re-run for its first evaluation interval with the record's
     own train config and thread count (tests/replay_grids.py, run in the background: which run,
-    and why, is its ``chosen_run``): on the machine and torch that made the record the losses agree
-    exactly; elsewhere (another CPU's kernels) to rounding."""
+    and why, is its ``chosen_run``): with the CPU, instruction set, torch and threads that made the
+    record (``same_kernels``) the losses agree exactly. Elsewhere the kernels add in another order,
+    and training carries the last-bit differences forward: the first evaluation agrees to 5·10⁻³.
+    (Measured 2026-12-07, records of an earlier 'AMD EPYC' replayed on an AVX-512 one: within
+    2·10⁻⁷ for every replay but the learning-rate sweep's, whose rate of 3·10⁻² is the sweep's
+    highest to train; it moved by 2.4·10⁻³ in 100 steps.)"""
     grid, row, record = chosen_run(name)
     again = replays.get(name)
     assert again is not None, f"{name} was not replayed"
@@ -491,15 +496,14 @@ def test_a_committed_grid_reproduces(name, replays):
     assert until == record["train_config"]["eval_interval"]
     committed = [h for h in record["history"] if h["step"] <= until]
     prov = record["provenance"]
-    same_machine = (prov["cpu"], prov["torch"], prov["threads"]) == (again["provenance"]["cpu"], torch.__version__,
-                                                                    again["provenance"]["threads"])
+    same_machine = same_kernels(prov, again["provenance"])
     assert committed, f"{name}: the record has no evaluation up to step {until}"
     for old, new in zip(committed, again["history"], strict=True):
         assert old["step"] == new["step"]
         if same_machine:
             assert (old["val_loss"], old["train_loss"]) == (new["val_loss"], new["train_loss"])
         else:
-            assert new["val_loss"] == pytest.approx(old["val_loss"], rel=1e-3)
+            assert new["val_loss"] == pytest.approx(old["val_loss"], rel=5e-3)
 
 
 # --- reading results ------------------------------------------------------------------------------
