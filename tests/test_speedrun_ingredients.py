@@ -279,15 +279,6 @@ def test_each_position_reads_the_row_of_its_previous_token_and_itself():
     torch.testing.assert_close(_first_block_input(model, ids), expected)
 
 
-def test_a_new_bigram_table_is_zero_so_the_model_starts_as_without_it():
-    model = DecoderLM(BIGRAM)
-    assert torch.count_nonzero(model.bigram.weight) == 0
-    plain = DecoderLM(SMALL)
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("bigram")})
-    ids = torch.randint(0, BIGRAM.vocab_size, (2, 16))
-    torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
-
-
 @pytest.mark.parametrize("cache", ["preallocated", "concat"])
 def test_cached_decoding_with_a_bigram_table_matches_decoding_without_a_cache(cache):
     """The cache carries the newest token, so that the first new position reads the right row; a
@@ -357,12 +348,16 @@ def test_each_position_reads_the_trigram_row_of_its_two_previous_tokens_and_itse
     torch.testing.assert_close(_first_block_input(model, ids), expected)
 
 
-def test_a_new_trigram_table_is_zero_so_the_model_starts_as_without_it():
-    model = DecoderLM(TRIGRAM)
-    assert torch.count_nonzero(model.trigram.weight) == 0
-    plain = DecoderLM(BIGRAM)
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("trigram")})
-    ids = torch.randint(0, TRIGRAM.vocab_size, (2, 16))
+@pytest.mark.parametrize("config, table, without", [(BIGRAM, "bigram", SMALL), (TRIGRAM, "trigram", BIGRAM)],
+                         ids=["bigram", "trigram"])
+def test_a_new_ngram_table_is_zero_so_the_model_starts_as_without_it(config, table, without):
+    """A new table (bigram, or trigram beside a bigram one) is all zeros: the model's logits are
+    those of the model without it, holding the same other weights."""
+    model = DecoderLM(config)
+    assert torch.count_nonzero(getattr(model, table).weight) == 0
+    plain = DecoderLM(without)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith(table)})
+    ids = torch.randint(0, config.vocab_size, (2, 16))
     torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
 
 
