@@ -3,6 +3,11 @@
     python benchmarks/gpu_check.py                  # on a GPU machine; at most 8 minutes on one H100
     python benchmarks/gpu_check.py --out runs/gpu_check --budget-minutes 8
     python benchmarks/gpu_check.py --dry-run        # the same plumbing on a CPU, about a minute
+    python benchmarks/gpu_check.py --only preset,recipe   # some steps alone: a partial check
+
+Every process it starts imports this checkout's course_lib (first on their PYTHONPATH), installed or
+not; benchmarks/gpu_check_wheels.py gathers the other packages it runs for a GPU machine that cannot
+reach PyPI.
 
 What it checks, with CUDA visible to every process it starts (nothing hides the GPU):
 
@@ -83,10 +88,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib._cli import OneLineParser
-from course_lib._io import atomic_write, write_json
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's course_lib, installed or not (as child_env gives the steps)
+
+from course_lib._cli import OneLineParser  # noqa: E402
+from course_lib._io import atomic_write, write_json  # noqa: E402
+
 PROG = "benchmarks/gpu_check.py"
 REPORT_JSON, REPORT_MD = "gpu_check.json", "gpu_check.md"
 LOSS_TARGET = 1.45  # nats per character, whole validation split (issue 29, point 6)
@@ -190,9 +197,12 @@ class Finished:
 
 def child_env(threads: int | None = None) -> dict:
     """The environment of every process the check starts: this one's, with its Python's bin folder
-    first on PATH (nbgrader runs helper programs from there) and, when given, ``threads`` torch
-    threads. CUDA_VISIBLE_DEVICES is passed on as it is: the GPU stays visible."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    first on PATH (nbgrader runs helper programs from there), this checkout first on PYTHONPATH (every
+    process, a notebook's kernel too, imports this tree's course_lib, installed or not, and no setup
+    cell tries to install one) and, when given, ``threads`` torch threads. CUDA_VISIBLE_DEVICES is
+    passed on as it is: the GPU stays visible."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     if threads is not None:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
@@ -516,7 +526,7 @@ def run_benchmark(ctx: Context, limit: float) -> dict:
 def judge_targets(steps: list[dict], dry_run: bool) -> list[dict]:
     """Issue 29's targets for the GPU preset, from the preset's and the recipe's numbers: each with
     what was measured and ``met`` True or False, or None with the reason when it cannot be judged
-    (a dry run, or a step that failed)."""
+    (a dry run, or a step that failed or was left out)."""
     by_name = {s["name"]: s for s in steps}
     preset, recipe = by_name.get("preset"), by_name.get("recipe")
     have_preset = preset is not None and preset["status"] == "ok"
@@ -537,7 +547,7 @@ def judge_targets(steps: list[dict], dry_run: bool) -> list[dict]:
         if not dry_run:
             loss["met"] = p["val_loss"] <= LOSS_TARGET
     elif not dry_run:
-        loss["why_not"] = "not measured: the preset step failed"
+        loss["why_not"] = _not_measured(preset=preset)
     if have_both:
         speed["measured"] = (f"{p['wall_seconds']:.1f} s against {r['wall_seconds']:.1f} s "
                              f"(ratio {p['wall_seconds'] / r['wall_seconds']:.2f}); the recipe's loss "
@@ -545,15 +555,24 @@ def judge_targets(steps: list[dict], dry_run: bool) -> list[dict]:
         if not dry_run:
             speed["met"] = p["wall_seconds"] < r["wall_seconds"]
     elif not dry_run:
-        speed["why_not"] = "not measured: the preset or the recipe step failed"
+        speed["why_not"] = _not_measured(preset=preset, recipe=recipe)
     return [loss, speed]
 
 
-def exit_status(steps: list[dict], targets: list[dict], dry_run: bool) -> int:
-    """0 when every step passed and (unless a dry run) every target was met; else 1."""
+def _not_measured(**steps: dict | None) -> str:
+    """Why a target was not judged: each of ``steps`` (name: its record, None if left out) that failed
+    or was not run."""
+    reasons = [f"the {name} step {'was not run' if record is None else 'failed'}"
+               for name, record in steps.items() if record is None or record["status"] != "ok"]
+    return "not measured: " + " and ".join(reasons)
+
+
+def exit_status(steps: list[dict], targets: list[dict], dry_run: bool, partial: bool = False) -> int:
+    """0 when every step passed and (unless a dry run) every target was met, or in a partial check
+    (``--only``) none was missed; else 1."""
     if any(s["status"] != "ok" for s in steps):
         return 1
-    if not dry_run and not all(t["met"] for t in targets):
+    if not dry_run and any(t["met"] is False or (t["met"] is None and not partial) for t in targets):
         return 1
     return 0
 
@@ -610,6 +629,8 @@ def markdown(report: dict) -> str:
     if report["dry_run"]:
         lines += ["**A dry run, on a CPU: it checks the plumbing; no number below measures the course on a "
                   "GPU.**", ""]
+    if report.get("left_out"):
+        lines += [f"**A partial check (--only): left out {', '.join(report['left_out'])}.**", ""]
     verdict = {0: "passed", 1: "FAILED"}.get(report["exit_status"], "incomplete")
     lines += [f"Result: **{verdict}** (exit status {report['exit_status']}) in {report['seconds']:.0f} s of a "
               f"{report['budget_seconds']:.0f} s budget. {report['started']}, commit {m['commit']} "
@@ -703,17 +724,25 @@ def default_stages() -> list[list[Step]]:
     ]
 
 
+def step_names() -> list[str]:
+    return [step.name for stage in default_stages() for step in stage]
+
+
 def run_check(out: Path, dry_run: bool, budget_seconds: float, stages: list[list[Step]] | None = None,
-              say: Callable[[str], None] = print, command: str = PROG) -> int:
-    """Run every stage, record every step, write the report after each stage; the exit status."""
+              say: Callable[[str], None] = print, command: str = PROG, only: list[str] | None = None) -> int:
+    """Run every stage (with ``only``, those of its steps alone: a partial check), record every step,
+    write the report after each stage; the exit status."""
+    stages = default_stages() if stages is None else stages
+    left_out = [] if only is None else [s.name for stage in stages for s in stage if s.name not in only]
+    stages = [kept for stage in stages if (kept := [s for s in stage if s.name not in left_out])]
     out.mkdir(parents=True, exist_ok=True)
     ctx = Context(out=out, dry_run=dry_run)
     started = time.monotonic()
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     report = {"check": "gpu_check", "dry_run": dry_run, "exit_status": None, "budget_seconds": budget_seconds,
               "seconds": 0.0, "started": now,
-              "command": command, "machine": machine(), "steps": [], "targets": []}
-    for stage in stages if stages is not None else default_stages():
+              "command": command, "machine": machine(), "left_out": left_out, "steps": [], "targets": []}
+    for stage in stages:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(stage)) as pool:
             records = list(pool.map(lambda step: run_step(step, ctx, budget_seconds), stage))
         for record in records:
@@ -723,15 +752,13 @@ def run_check(out: Path, dry_run: bool, budget_seconds: float, stages: list[list
         report["seconds"] = round(time.monotonic() - started, 1)
         report["targets"] = judge_targets(report["steps"], dry_run)
         write_report(report, out)
-    report["exit_status"] = exit_status(report["steps"], report["targets"], dry_run)
+    report["exit_status"] = exit_status(report["steps"], report["targets"], dry_run, partial=bool(left_out))
     write_report(report, out)
     for t in report["targets"]:
         verdict = {True: "met", False: "MISSED", None: t["why_not"]}[t["met"]]
         say(f"target: {t['target']}: {t['measured'] or 'not measured'} — {verdict}")
     say(f"report: {out / REPORT_MD} and {out / REPORT_JSON}" + (" (dry run)" if dry_run else ""))
     return report["exit_status"]
-
-
 
 
 def _minutes(text: str) -> float:
@@ -744,6 +771,15 @@ def _minutes(text: str) -> float:
     return value
 
 
+def _step_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in step_names()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r} names {'no step' if not names else ', '.join(unknown)}: "
+                                         f"name one or more of {', '.join(step_names())}, separated by commas")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--out", metavar="DIR", default=None,
@@ -753,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the whole check's time; each step may take its share of it (default 8)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run the same steps on a CPU at tiny sizes, in seconds: checks the plumbing")
+    parser.add_argument("--only", type=_step_list, default=None, metavar="STEP[,STEP...]",
+                        help=f"run these steps alone, each within its usual limit (of {', '.join(step_names())}): "
+                             "a partial check, e.g. to rerun the steps that failed")
     args = parser.parse_args(argv)
     if not args.dry_run:
         import torch
@@ -768,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     command = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
-    return run_check(out, args.dry_run, 60.0 * args.budget_minutes, command=command)
+    return run_check(out, args.dry_run, 60.0 * args.budget_minutes, command=command, only=args.only)
 
 
 if __name__ == "__main__":

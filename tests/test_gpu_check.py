@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -135,6 +136,52 @@ def test_a_failed_step_is_recorded_and_the_others_still_run(tmp_path):
     assert any(line.startswith("[failed] the exercises step") for line in lines)
 
 
+@pytest.mark.parametrize("loss, status", [(1.44, 0), (1.46, 1)])
+def test_only_runs_the_steps_it_names_and_the_report_says_the_check_was_partial(tmp_path, loss, status):
+    calls = []
+    stages = [[step("chapters", calls=calls), step("exercises", calls=calls)],
+              [step("preset", {"val_loss": loss, "window": 256, "wall_seconds": 60.0}, calls=calls)],
+              [step("recipe", calls=calls)]]
+    assert check.run_check(tmp_path, False, 480.0, stages, say=lambda _: None, only=["preset"]) == status
+    assert calls == ["preset"]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["left_out"] == ["chapters", "exercises", "recipe"]
+    assert [s["name"] for s in report["steps"]] == ["preset"]
+    loss_target, time_target = report["targets"]
+    assert loss_target["met"] is (status == 0)  # judged: its step ran
+    assert time_target["met"] is None and time_target["why_not"] == "not measured: the recipe step was not run"
+    page = (tmp_path / "gpu_check.md").read_text()
+    assert "A partial check (--only): left out chapters, exercises, recipe." in page
+
+
+def test_a_full_check_with_a_failed_step_names_it_in_the_targets(tmp_path):
+    stages = [[step("preset", error=check.StepFailed("out of memory"))], [step("recipe", {"wall_seconds": 1.0})]]
+    assert check.run_check(tmp_path, False, 480.0, stages, say=lambda _: None) == 1
+    loss_target, time_target = json.loads((tmp_path / "gpu_check.json").read_text())["targets"]
+    assert loss_target["why_not"] == time_target["why_not"] == "not measured: the preset step failed"
+
+
+@pytest.mark.parametrize("only", ["preset,gpu", ",", "Chapters"])
+def test_an_unknown_step_is_refused_in_one_line(capsys, only):
+    with pytest.raises(SystemExit) as stop:
+        check.main(["--dry-run", "--only", only])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--only" in err
+    assert "name one or more of chapters, exercises, preset, recipe, benchmark" in err
+
+
+def test_every_step_imports_this_checkouts_course_lib(tmp_path):
+    """A notebook's kernel runs in the notebook's folder, nbgrader's in a course folder: each finds this
+    tree's course_lib through PYTHONPATH, whether or not one is installed (none is on a bare GPU machine)."""
+    env = check.child_env(threads=1)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+    done = subprocess.run([sys.executable, "-c", "import course_lib; print(course_lib.__file__)"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert pathlib.Path(done.stdout.strip()).resolve() == ROOT / "course_lib" / "__init__.py"
+
+
 def test_a_step_past_its_limit_is_stopped(tmp_path):
     start = time.monotonic()
     done = check.run_command([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
@@ -191,3 +238,85 @@ def test_a_bad_budget_is_refused_in_one_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--budget-minutes" in err and "must be a finite number > 0" in err
+
+
+# --- the wheels for a GPU machine without PyPI (benchmarks/gpu_check_wheels.py) -------------------------
+
+def load_wheels():
+    spec = importlib.util.spec_from_file_location("gpu_check_wheels", ROOT / "benchmarks" / "gpu_check_wheels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+wheels = load_wheels()
+
+
+def test_the_wheels_cover_course_lib_and_pin_what_pyproject_pins():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dev = {Requirement(r).name.lower(): Requirement(r) for r in project["optional-dependencies"]["dev"]}
+    asked = {Requirement(r).name.lower(): Requirement(r) for r in wheels.REQUIREMENTS}
+    core = {Requirement(r).name.lower() for r in project["dependencies"]}
+    assert core - {"torch"} <= set(asked) and {"nbgrader", "ipykernel", "transformers"} <= set(asked)
+    for name, req in asked.items():
+        if name in dev:
+            assert str(req.specifier) == str(dev[name].specifier), name
+    assert not wheels.NOT_IMPORTED & {wheels.canonical(n) for n in asked}
+
+
+def fake_download(files: list[str], asked: list | None = None, error: str | None = None):
+    def download(requirements, python_version, into):
+        if asked is not None:
+            asked.extend(requirements)
+        if error:
+            raise RuntimeError(error)
+        for name in files:
+            (into / name).write_bytes(b"wheel")
+    return download
+
+
+def test_the_wheels_leave_out_what_the_machine_has_and_what_is_never_imported(tmp_path, monkeypatch, capsys):
+    files = ["nbgrader-0.9.6-py3-none-any.whl", "jupyterlab-4.6.6-py3-none-any.whl",
+             "Jinja2-3.1.6-py3-none-any.whl", "tornado-6.6.1-cp311-abi3-manylinux1_x86_64.whl",
+             "jupyter_server-2.21.1-py3-none-any.whl"]
+    asked = []
+    monkeypatch.setattr(wheels, "download", fake_download(files, asked))
+    have = tmp_path / "have.txt"
+    have.write_text("# pip list --format=freeze\ntransformers==5.17.0\njinja2\nNumPy==2.0.1\n\n")
+    out = tmp_path / "wheels"
+    assert wheels.main(["--python-version", "3.12", "--have", str(have), "--out", str(out)]) == 0
+    kept = sorted(p.name for p in out.iterdir())
+    assert kept == [files[4], files[0], files[3]]  # jupyter_server, nbgrader, tornado
+    assert not any(r.startswith(("transformers", "numpy")) for r in asked) and "nbgrader==0.9.6" in asked
+    assert capsys.readouterr().out.strip().endswith("left out: 1 the machine has, 1 never imported")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["have.txt", "wheels"]
+
+
+def test_a_failed_download_leaves_the_folder_as_it_was_and_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "wheels"
+    out.mkdir()
+    (out / "old-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    failure = "pip download failed: No matching distribution"
+    monkeypatch.setattr(wheels, "download", fake_download([], error=failure))
+    assert wheels.main(["--python-version", "3.12", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"benchmarks/gpu_check_wheels.py: error: {failure}\n"
+    assert [p.name for p in out.iterdir()] == ["old-1.0-py3-none-any.whl"]
+    assert [p.name for p in tmp_path.iterdir()] == ["wheels"]  # no half-made folder beside it
+
+
+@pytest.mark.parametrize("args, rule", [
+    (["--python-version", "3"], "give the major and minor version"),
+    (["--python-version", "3.12", "--have", "missing.txt"], "cannot be read"),
+    (["--python-version", "3.12", "--out", "."], "holds something other than wheels")])
+def test_bad_wheel_arguments_are_refused_in_one_line(capsys, args, rule):
+    argv = args if "--out" in args else [*args, "--out", "unused-wheels"]
+    with pytest.raises(SystemExit) as stop:
+        wheels.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and rule in err and err.split()[2] in {"--python-version", "--have", "--out"}
