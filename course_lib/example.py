@@ -47,7 +47,7 @@ def tiny_model(seed: int = 0, device: torch.device | str | None = None, **change
     device: they are drawn on the CPU, then moved)."""
     from .model import DecoderLM
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # the CPU generator, put back afterwards
+        torch.default_generator.manual_seed(seed)  # the CPU's alone: torch.manual_seed would reseed CUDA's too
         model = DecoderLM(tiny_config(**changes))
     return model.to(device).eval()

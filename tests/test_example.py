@@ -30,3 +30,19 @@ def test_drawing_the_tiny_model_leaves_the_global_generator_alone():
     torch.manual_seed(11)
     example.tiny_model(seed=0)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_drawing_a_model_leaves_every_devices_generator_alone(monkeypatch):
+    """The weights are drawn on the CPU from the CPU's generator alone: seeding with torch.manual_seed
+    would also reseed every CUDA device's generator (dropout's masks on a GPU), which fork_rng(devices=[])
+    does not put back. Checked where there is no GPU by watching the call that would reseed them."""
+    from course_lib.training import build_model
+
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", reseeded.append)
+    before = torch.get_rng_state()
+    example.tiny_model(seed=5)
+    build_model(example.tiny_config(), seed=5)
+    assert reseeded == [] and torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(5)  # the check can fail: this is the call that reseeds them
+    assert reseeded == [5]

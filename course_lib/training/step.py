@@ -22,8 +22,8 @@ def build_model(model_config: ModelConfig, seed: int = 0, device: torch.device |
     (the global generator is left as it was)."""
     from ..model import DecoderLM
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # the CPU generator, put back afterwards
+        torch.default_generator.manual_seed(seed)  # the CPU's alone: torch.manual_seed would reseed CUDA's too
         model = DecoderLM(model_config)
     return model.to(device) if device is not None else model
 
