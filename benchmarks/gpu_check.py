@@ -725,6 +725,7 @@ def default_stages() -> list[list[Step]]:
 
 
 def step_names() -> list[str]:
+    """Every step's name, in the order the check runs them (what ``--only`` takes)."""
     return [step.name for stage in default_stages() for step in stage]
 
 
