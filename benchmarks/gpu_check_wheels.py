@@ -22,8 +22,8 @@ the machine already has transformers):
   keeps what it came with;
 - :data:`NOT_IMPORTED`: the front ends and the debugger that nbgrader and ipykernel declare but that
   a headless run never imports (JupyterLab, the Notebook server's pages, the widgets' browser side,
-  Babel's locale data, debugpy, jedi). The check's steps ran in full without them on 2026-12-07
-  (torch 2.11, Python 3.11, on a CPU).
+  Babel's locale data, debugpy, jedi). Every chapter and every exercise, and the dry run of the
+  other steps, ran without them on 2026-12-07 (torch 2.11, transformers 5.17, Python 3.11, on a CPU).
 
 Installing with ``--no-deps`` takes the folder as it is: pip resolves nothing on the GPU machine, so
 nothing it has is replaced. The console scripts (nbgrader runs ``alembic``) land in the target's bin
@@ -44,7 +44,8 @@ from course_lib._cli import OneLineParser  # noqa: E402
 
 PROG = "benchmarks/gpu_check_wheels.py"
 
-#: What the check needs beyond course_lib's requirements, pinned as pyproject.toml's dev extra pins them.
+#: What the check runs besides torch (course_lib's other requirements among them), pinned where
+#: pyproject.toml's dev extra pins them.
 REQUIREMENTS = ["nbgrader==0.9.6", "ipykernel==7.4.0", "ipywidgets", "nbconvert", "nbclient",
                 "transformers==5.23.0", "tqdm", "matplotlib==3.11.2", "numpy==2.4.6"]
 
