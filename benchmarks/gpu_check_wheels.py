@@ -41,6 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's course_lib, installed or not
 
 from course_lib._cli import OneLineParser  # noqa: E402
+from packaging.requirements import InvalidRequirement, Requirement  # noqa: E402
+from packaging.utils import canonicalize_name  # noqa: E402
 
 PROG = "benchmarks/gpu_check_wheels.py"
 
@@ -61,25 +63,21 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
-def canonical(name: str) -> str:
-    """A distribution's name as packaging compares them (PEP 503): lower case, runs of -_. as one -."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement line names (``name==1.0``, ``name @ url``, a bare name), canonical."""
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def wheel_name(filename: str) -> str:
     """The distribution a wheel file holds: its name's first field (PEP 427), canonical."""
-    return canonical(filename.split("-", 1)[0])
+    return canonicalize_name(filename.split("-", 1)[0])
 
 
 def read_have(path: Path) -> set[str]:
     """The packages named in ``path``, one per line (``name==version`` or a bare name; blank lines and
     ``#`` comments skipped), canonical."""
-    names = set()
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.add(canonical(re.split(r"[=<>!~;\[ @]", line, maxsplit=1)[0]))
-    return names
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {requirement_name(line) for line in lines if line}
 
 
 def download(requirements: list[str], python_version: str, into: Path) -> None:
@@ -109,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         have = read_have(args.have) if args.have else set()
     except OSError as err:
         parser.error(f"--have {str(args.have)!r} cannot be read: {err.strerror or err}")
+    except InvalidRequirement as err:
+        parser.error(f"--have {str(args.have)!r} holds a line that names no package: {err}")
     if args.out.exists() and (not args.out.is_dir() or any(p.suffix != ".whl" for p in args.out.iterdir())):
         parser.error(f"--out {str(args.out)!r} holds something other than wheels: give a new folder")
     out = args.out.resolve()
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         # a requirement the machine has is not asked for, nor what only it needs
-        download([r for r in REQUIREMENTS if canonical(re.split("[=<>]", r)[0]) not in have],
+        download([r for r in REQUIREMENTS if requirement_name(r) not in have],
                  args.python_version, tmp)
     except (RuntimeError, OSError) as err:
         shutil.rmtree(tmp, ignore_errors=True)

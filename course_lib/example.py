@@ -45,9 +45,6 @@ def tiny_config(**changes) -> ModelConfig:
 def tiny_model(seed: int = 0, device: torch.device | str | None = None, **changes):
     """A ``DecoderLM`` of :func:`tiny_config` with weights drawn from ``seed`` (the same on every run and
     device: they are drawn on the CPU, then moved)."""
-    from .model import DecoderLM
+    from .training.step import build_model  # the CPU's generator alone, put back afterwards
 
-    with torch.random.fork_rng(devices=[]):  # the CPU generator, put back afterwards
-        torch.default_generator.manual_seed(seed)  # the CPU's alone: torch.manual_seed would reseed CUDA's too
-        model = DecoderLM(tiny_config(**changes))
-    return model.to(device).eval()
+    return build_model(tiny_config(**changes), seed=seed, device=device).eval()

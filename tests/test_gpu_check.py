@@ -265,7 +265,7 @@ def test_the_wheels_cover_course_lib_and_pin_what_pyproject_pins():
     for name, req in asked.items():
         if name in dev:
             assert str(req.specifier) == str(dev[name].specifier), name
-    assert not wheels.NOT_IMPORTED & {wheels.canonical(n) for n in asked}
+    assert not wheels.NOT_IMPORTED & {wheels.canonicalize_name(n) for n in asked}
 
 
 def fake_download(files: list[str], asked: list | None = None, error: str | None = None):
