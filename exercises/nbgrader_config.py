@@ -19,6 +19,10 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(here, "gradebook.db")
 # with shorter limits (5 s in a visible self-check, 10 s in a hidden test); this bounds everything else,
 # e.g. a loop at the top level of an answer cell, which is interrupted here while later cells still run.
 c.Execute.timeout = 15
+# After a cell's reply, how long to wait for its last output messages. nbgrader treats a wait that
+# runs out as a dead kernel and fails the whole assignment for that student; nbclient's default, 4 s,
+# runs out now and then on a busy machine although the kernel is fine (jupyter/nbgrader#1230).
+c.Execute.iopub_timeout = 30
 
 # Feedback must not show the hidden tests.
 c.GenerateFeedback.preprocessors = [

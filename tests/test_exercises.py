@@ -101,7 +101,15 @@ def nbgrader_in_parallel(folders: list[pathlib.Path], *args: str) -> None:
              for folder in folders]
     for folder, proc in procs:
         out, _ = proc.communicate(timeout=1800)
-        assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed in {folder}:\n{out[-4000:]}"
+        assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed in {folder}:\n{_errors_first(out)}"
+
+
+def _errors_first(out: str, limit: int = 4000) -> str:
+    """nbgrader's output for a failure's message: its ERROR records first (with the traceback that
+    follows one), since the one that names the cause may be far from the end, then the end."""
+    records = re.split(r"(?m)^(?=\[\w+ \| )", out)  # "[AutogradeApp | INFO] …" and the lines after it
+    errors = "".join(record for record in records if re.match(r"\[\w+ \| ERROR\]", record))
+    return f"{errors[:limit]}\n[…]\n{out[-limit:]}" if errors else out[-limit:]
 
 
 def nbgrader(*args: str, cwd: pathlib.Path) -> None:
@@ -434,4 +442,5 @@ def test_feedback_names_the_problem_and_leaks_nothing(feedback, student):
 def test_course_config():
     text = (EXERCISES / "nbgrader_config.py").read_text()
     assert re.search(r"c\.Execute\.timeout = 15\b", text)
+    assert re.search(r"c\.Execute\.iopub_timeout = 30\b", text)
     assert "ClearHiddenTests" in text
