@@ -126,6 +126,13 @@ def test_glue_values_are_formatted_as_myst_nb_formats_them(tmp_path, value, spec
         f"It is {format_plain_text(repr(value), spec or 's')}."]
 
 
+@pytest.mark.parametrize("role", ["{glue:md}`x`", "{glue:md}`x:myst`", "{glue:md}`x:commonmark`"])
+def test_glued_markdown_is_pasted_whatever_its_format(tmp_path, role):
+    values = {"x": {"text/markdown": "**one** pass, $b \\approx$ 2 µs", "text/plain": "<Markdown>"}}
+    assert render(tmp_path, [md(f"It took {role}.")], values) == [
+        "It took **one** pass, $b \\approx$ 2 µs."]
+
+
 def test_citations_read_as_on_the_site(tmp_path):
     [text] = render(tmp_path, [md("Entropy {cite}`shannon1948`; MQA {cite}`shazeer2019`.")])
     assert text == "Entropy [Shannon, 1948]; MQA [[Shazeer, 2019](https://arxiv.org/abs/1911.02150)]."

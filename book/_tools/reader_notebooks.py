@@ -237,6 +237,7 @@ def _labels(extra: list[pathlib.Path]) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------------------- roles
 
+MD_FORMATS = (":myst", ":commonmark", ":gfm")  # the formats of {glue:md}`name:format` (myst-nb)
 ROLE = re.compile(r"\{([a-zA-Z][\w:+-]*)\}(`+)(.+?)\2", re.S)
 TITLE_TARGET = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.S)
 
@@ -249,6 +250,8 @@ def _title_and_target(text: str) -> tuple[str | None, str]:
 def render_role(name: str, text: str, ctx: Context) -> str:
     if name in ("glue:text", "glue", "glue:any", "glue:md"):
         key, _, spec = text.rpartition(":") if name == "glue:text" and ":" in text else (text, "", "")
+        if name == "glue:md" and key.endswith(MD_FORMATS):  # how the site parses it; Jupyter needs none
+            key = key.rpartition(":")[0]
         if "::" in key:
             raise ctx.error(f"{{{name}}}`{text}` glues from another document: not supported")
         return ctx.value(name, key.strip(), spec)
