@@ -28,3 +28,12 @@ def usable_device(name: str | None = None, option: str = "--device") -> torch.de
     except (RuntimeError, ValueError, AssertionError) as err:  # AssertionError: torch built without CUDA
         raise ValueError(f"{option} {name!r} is not usable here: {str(err).splitlines()[0]}") from None
     return device
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until ``device`` has finished the work queued on it. A CUDA GPU runs operations
+    asynchronously: a call returns once its kernel is queued, so a clock read after it measures
+    the queueing, not the work. Nothing to wait for on a CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

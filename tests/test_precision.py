@@ -35,7 +35,12 @@ def test_auto_resolves_by_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert resolve_precision("auto", "cuda") == "bfloat16"  # A100, H100, L4 ...
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert resolve_precision("auto", "cuda") == "float16"  # a T4
+    assert resolve_precision("auto", "cuda") == "float16"  # a GPU without bfloat16
+    # a T4: torch says yes to bfloat16 when emulation counts (its default), no when it does not
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_precision("auto", "cuda") == "float16"
+    assert resolve_precision("auto", "cuda", float16=False) == "float32"  # for Muon
+    assert resolve_precision("auto", "cpu", float16=False) == "float32"
     assert resolve_precision("bfloat16", "cpu") == "bfloat16"  # an explicit choice is kept
     with pytest.raises(ValueError, match="precision must be one of"):
         resolve_precision("fp8", "cpu")

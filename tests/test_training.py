@@ -155,13 +155,17 @@ def test_history_records_every_evaluation(corpus):
     assert elapsed == sorted(elapsed)
 
 
-def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
-    straight = trainer_for(corpus)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path, dropout):
+    """With dropout too: its masks come from torch's own generator, which the checkpoint keeps (the
+    resumed model is built with another seed, which moves that generator elsewhere)."""
+    model = MODEL.replace(dropout=dropout)
+    straight = trainer_for(corpus, model=model)
     straight.train()
-    first = trainer_for(corpus)
+    first = trainer_for(corpus, model=model)
     first.train(until=6)  # stop between two evaluations
     first.save(tmp_path / "ck.pt")
-    resumed = Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(MODEL, 99), *corpus, RUN, progress=False)
+    resumed = Trainer.from_checkpoint(tmp_path / "ck.pt", build_model(model, 99), *corpus, RUN, progress=False)
     assert resumed.step == 6
     resumed.train()
     assert resumed.step_losses == straight.step_losses  # exactly, step by step
@@ -169,6 +173,47 @@ def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
            [(r["step"], r["train_loss"], r["val_loss"]) for r in straight.history]
     for a, b in zip(resumed.model.parameters(), straight.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_dropout_masks_come_from_the_run_seed_not_from_what_ran_before(corpus):
+    model = MODEL.replace(dropout=0.1)
+    first = trainer_for(corpus, model=model)
+    before = torch.get_rng_state()
+    first.train(until=4)
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is left alone
+    torch.rand(1000)  # the caller draws in between
+    second = trainer_for(corpus, model=model)
+    second.train(until=4)
+    assert second.step_losses == first.step_losses
+    without = trainer_for(corpus)
+    without.train(until=4)
+    assert without.step_losses != first.step_losses  # the masks are drawn, and they matter
+    fresh = [Trainer(build_model(model), *corpus, RUN.replace(seed=seed), progress=False).rng["cpu"]
+             for seed in (3, 3, 4)]
+    assert torch.equal(fresh[0], fresh[1]) and not torch.equal(fresh[0], fresh[2])  # per seed
+
+
+def test_the_clock_waits_for_the_device_before_each_rate(corpus, monkeypatch):
+    """A GPU runs the steps asynchronously: before the clock is read for a rate (an evaluation's
+    tokens per second, the bar's speed) the trainer waits for the device — here at steps 4, 8, 12
+    (the evaluations) and on a CPU, where waiting is nothing."""
+    from course_lib.training import loop
+
+    waits = []
+    monkeypatch.setattr(loop, "synchronize", lambda device: waits.append((device.type, loop_trainer.step)))
+    loop_trainer = trainer_for(corpus)
+    loop_trainer.train()
+    assert waits == [("cpu", 4), ("cpu", 8), ("cpu", 12)]
+
+
+def test_synchronize_waits_on_a_gpu_only(monkeypatch):
+    from course_lib.device import synchronize
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    synchronize("cpu")
+    synchronize(torch.device("cuda", 1))
+    assert calls == [torch.device("cuda", 1)]
 
 
 def test_progress_bar_shows_loss_bits_and_speed(corpus, capsys):

@@ -13,9 +13,10 @@ Losses are in nats per character; divide by ln 2 for bits per character (chapter
 Conventions
 -----------
 * Reproducible: the model's initial weights come from ``seed`` (:func:`build_model`), the batches from
-  a CPU ``torch.Generator`` seeded with ``seed + 1`` and owned by the :class:`Trainer`; the same seed
-  gives the same losses, and a checkpoint carries the generator's state, so that a resumed run
-  continues the exact loss trajectory of an uninterrupted one.
+  a CPU ``torch.Generator`` seeded with ``seed + 1``, dropout's masks from generator states seeded
+  with ``seed + 2`` (``randomness``), both owned by the :class:`Trainer`; the same seed gives the
+  same losses, and a checkpoint carries both states, so that a resumed run continues the exact loss
+  trajectory of an uninterrupted one (on a GPU, up to its kernels' own nondeterminism).
 * Checkpoints hold only tensors and plain Python values (configs as dicts), written atomically and
   read back with ``torch.load(..., weights_only=True)``: loading never runs pickled code.
 * ``tqdm`` is imported when a progress bar is first shown, so ``import course_lib`` needs only torch,
@@ -35,6 +36,7 @@ One concept per file, everything imported from here (``from course_lib.training 
 * ``muon`` — :func:`newton_schulz` and :class:`Muon` (momentum orthogonalised for the blocks'
   matrices), and :func:`make_muon_optimizer`, Muon with AdamW for everything else.
 * ``step`` — :func:`build_model` (the initial weights) and :func:`train_step` (one step).
+* ``randomness`` — the generator states dropout draws from, seeded per run and kept in checkpoints.
 * ``precision`` — :func:`resolve_precision`, :func:`autocast` and :func:`make_grad_scaler`: float32,
   bfloat16 or float16 (with loss scaling) for the forward and backward passes.
 * ``distributed`` — :func:`init_distributed`, :func:`rank_rows`, :func:`mean_over_ranks`: several

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..data import get_batch
+from ..device import synchronize
 from .averaging import weight_average
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from .distributed import World, mean_over_ranks, rank_rows
@@ -29,6 +30,7 @@ from .evaluation import bits_per_char, evaluate
 from .optimizer import make_optimizer
 from .precision import make_grad_scaler, resolve_precision
 from .progress import close_progress_bar, progress_bar
+from .randomness import current_states, drawing_from, seeded_states
 from .run_config import TrainConfig
 from .schedule import lr_at
 from .step import train_step
@@ -55,8 +57,14 @@ def smoke_capped(config: TrainConfig) -> TrainConfig:
                           eval_interval=min(config.eval_interval, cap))
 
 
+def _takes_float16(optimizer: str) -> bool:
+    """Does ``optimizer`` run with float16's gradient scaler? The course runs Muon in float32 or
+    bfloat16 only, so for Muon "auto" falls back to float32 on a GPU without bfloat16."""
+    return optimizer != "muon"
+
+
 def _check_optimizer_precision(optimizer: str, precision: str) -> None:
-    if optimizer == "muon" and precision == "float16":
+    if precision == "float16" and not _takes_float16(optimizer):
         raise ValueError("optimizer 'muon' runs in float32 or bfloat16, not with float16's gradient "
                          "scaler: choose precision 'bfloat16' or 'float32'")
 
@@ -75,7 +83,7 @@ def train_on_batches(model: nn.Module, next_batch: Callable[[], tuple[torch.Tens
     c = smoke_capped(config)
     optimizer = make_optimizer(model, c)
     device = next(model.parameters()).device
-    precision = resolve_precision(c.precision, device)
+    precision = resolve_precision(c.precision, device, float16=_takes_float16(c.optimizer))
     _check_optimizer_precision(c.optimizer, precision)
     scaler = make_grad_scaler(precision, device)
     model.train()
@@ -133,7 +141,16 @@ class Trainer:
     through ``DistributedDataParallel``, which averages the gradients; the logged losses are the
     means over the ranks, so the log is that of one process training on the whole batch. Every
     rank evaluates the whole validation split (the same number on each); only rank 0 shows a
-    progress bar. Saving is the caller's choice: the command line saves on rank 0.
+    progress bar. Saving is the caller's choice: the command line saves on rank 0. Every rank
+    starts dropout's generators from the same seed and draws the same shapes, so they stay equal
+    and rank 0's checkpoint resumes all of them exactly; with dropout, each rank's rows therefore
+    get the same masks as the other ranks' rows in the same places.
+
+    Randomness: the initial weights come from the caller (:func:`build_model` draws them from
+    ``config.seed``), the batches from a CPU generator seeded with ``seed + 1``, dropout's masks
+    from generator states seeded with ``seed + 2`` (:mod:`~course_lib.training.randomness`): the
+    same seed gives the same losses whatever ran before in the process, and a checkpoint carries
+    both, so a resumed run continues the uninterrupted one's losses exactly.
     """
 
     def __init__(self, model: nn.Module, train_data: torch.Tensor, val_data: torch.Tensor,
@@ -179,11 +196,14 @@ class Trainer:
         self.optimizer = make_optimizer(model, config)
         # θ̄, the weights' moving average (config.ema), or None: what is evaluated and sampled
         self.average = weight_average(model, config.ema) if config.ema is not None else None
-        self.precision = resolve_precision(config.precision, self.device)  # "auto" decided here
+        self.precision = resolve_precision(config.precision, self.device,  # "auto" decided here
+                                           float16=_takes_float16(config.optimizer))
         _check_optimizer_precision(config.optimizer, self.precision)
         self.scaler = make_grad_scaler(self.precision, self.device)  # float16 only
         self.skipped_steps: list[int] = []  # float16 steps the scaler skipped (overflow)
         self.generator = torch.Generator().manual_seed(config.seed + 1)  # the batches (CPU)
+        self.rng = seeded_states(config.seed + 2, self.device)  # dropout's (randomness.py)
+        self._drawing = False  # inside train(): the global generators hold self.rng's draws
         self.step = 0
         self.history: list[dict] = []
         self.step_losses: list[float] = []
@@ -217,7 +237,18 @@ class Trainer:
         the config says; ``on_eval(trainer, record)`` is called after each evaluation (e.g. to save a
         checkpoint). With ``target_loss``, stop after the first evaluation whose validation loss is
         at or below it; ``reached_target`` then holds that evaluation's record (None otherwise).
-        Returns ``history``."""
+        Returns ``history``. Dropout draws from the trainer's own generator states
+        (:mod:`~course_lib.training.randomness`); the caller's are left as they were."""
+        with drawing_from(self.rng, self.device):
+            self._drawing = True
+            try:
+                return self._train(until, on_eval, target_loss)
+            finally:
+                self.rng = current_states(self.device)
+                self._drawing = False
+
+    def _train(self, until: int | None, on_eval: Callable[[Trainer, dict], None] | None,
+               target_loss: float | None) -> list[dict]:
         c = self.config
         if target_loss is not None and not (isinstance(target_loss, (int, float))
                                             and not isinstance(target_loss, bool)
@@ -311,9 +342,13 @@ class Trainer:
                         bar.write(message)
                     elif self.world.is_main:
                         print(message, flush=True)
+                show = bar is not None and (time.perf_counter() - shown_at > 0.5 or self.step == until)
+                due = self._due(self.step) or self.step == until
+                if show or due:  # the clock is read for a rate: the GPU's queued work counts first
+                    synchronize(self.device)
                 self._interval_seconds += time.perf_counter() - tick
                 shown_steps += 1
-                if bar is not None and (time.perf_counter() - shown_at > 0.5 or self.step == until):
+                if show:
                     loss = losses[-1].item()
                     now = time.perf_counter()
                     postfix.update(loss=f"{loss:.3f}", bpc=f"{bits_per_char(loss):.2f}",
@@ -321,7 +356,7 @@ class Trainer:
                     bar.set_postfix(postfix, refresh=False)
                     bar.update(shown_steps)
                     shown_at, shown_steps = now, 0
-                if self._due(self.step) or self.step == until:
+                if due:
                     evaluations = len(self.history)
                     record()
                     if met(evaluations):
@@ -345,6 +380,7 @@ class Trainer:
 
     def state(self) -> dict:
         """Everything needed to continue exactly, as tensors and plain Python values."""
+        rng = current_states(self.device) if self._drawing else self.rng
         return {
             "format": CHECKPOINT_FORMAT,
             "model_config": dataclasses.asdict(self.model.config),
@@ -353,6 +389,9 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "step": self.step,
             "batch_generator": self.generator.get_state(),
+            # dropout's generators (randomness.py): where they are now during train(), else kept
+            "dropout_rng_cpu": rng["cpu"],
+            "dropout_rng_cuda": rng["cuda"],
             "history": [dict(r) for r in self.history],
             "step_losses": torch.tensor(self.step_losses, dtype=torch.float64),
             "grad_norms": torch.tensor(self.grad_norms, dtype=torch.float64),
@@ -384,6 +423,13 @@ class Trainer:
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer.step = state["step"]
         trainer.generator.set_state(state["batch_generator"])
+        # dropout draws on where the saved run had got to (checkpoints from before the trainer kept
+        # its generators have none: the seed's fresh states then; a CPU run resumed on a GPU, the
+        # device's fresh state)
+        if state.get("dropout_rng_cpu") is not None:
+            trainer.rng["cpu"] = state["dropout_rng_cpu"]
+        if state.get("dropout_rng_cuda") is not None and trainer.device.type == "cuda":
+            trainer.rng["cuda"] = state["dropout_rng_cuda"]
         trainer.history = [dict(r) for r in state["history"]]
         trainer.step_losses = state["step_losses"].tolist()
         trainer.grad_norms = state["grad_norms"].tolist() if "grad_norms" in state else []

@@ -15,8 +15,9 @@ operations that need range or accuracy (softmax, norms, the loss) stay in float3
   halved; after 2,000 clean steps S doubles. For GPUs without bfloat16, such as Colab's T4.
 
 :func:`resolve_precision` turns ``"auto"`` into one of them for a device: bfloat16 on a CUDA GPU
-that supports it, float16 on one that does not, float32 on a CPU (where autocast saves little
-and costs accuracy).
+that computes in it natively, float16 on one that does not, float32 on a CPU (where autocast saves
+little and costs accuracy). "Natively" matters: ``torch.cuda.is_bf16_supported()`` also answers
+yes for a GPU that can only *emulate* bfloat16 (a T4, compute capability 7.5), slowly.
 """
 
 from __future__ import annotations
@@ -31,17 +32,20 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_precision(precision: str, device: torch.device | str) -> str:
+def resolve_precision(precision: str, device: torch.device | str, *, float16: bool = True) -> str:
     """``precision`` as one of float32, bfloat16, float16 for ``device``: ``"auto"`` picks bfloat16
-    on a CUDA GPU that supports it, float16 on one that does not, float32 elsewhere. An explicit
-    16-bit precision on a device without autocast for it raises a ValueError."""
+    on a CUDA GPU that computes in it natively, float16 on one that does not (float32 instead with
+    ``float16=False``, for an optimiser that cannot take float16's gradient scaler), float32
+    elsewhere. An explicit 16-bit precision on a device without autocast for it raises a
+    ValueError."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     device = torch.device(device)
     if precision == "auto":
         if device.type != "cuda":
             return "float32"
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        native = torch.cuda.is_bf16_supported(including_emulation=False)  # of the current GPU
+        return "bfloat16" if native else "float16" if float16 else "float32"
     if device.type not in ("cpu", "cuda") and precision != "float32":
         raise ValueError(f"precision {precision!r} needs a CPU or a CUDA device, not {device.type!r}")
     return precision
