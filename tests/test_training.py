@@ -191,6 +191,9 @@ def test_dropout_masks_come_from_the_run_seed_not_from_what_ran_before(corpus):
     fresh = [Trainer(build_model(model), *corpus, RUN.replace(seed=seed), progress=False).rng["cpu"]
              for seed in (3, 3, 4)]
     assert torch.equal(fresh[0], fresh[1]) and not torch.equal(fresh[0], fresh[2])  # per seed
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RUN.seed)  # how the experiment runner seeded dropout: its records still hold
+        assert torch.equal(fresh[0], torch.get_rng_state())
 
 
 def test_the_clock_waits_for_the_device_before_each_rate(corpus, monkeypatch):

@@ -123,7 +123,9 @@ def run_one(grid: Grid, row: Row, seed: int, command: list[str] | None = None,
     wall-clock run is reproduced from its record. ``until``: stop after this many steps, evaluate,
     and skip the probes — a prefix of the run, for checking a committed record cheaply (the steps
     taken are the same as in the whole run: the schedule depends on ``steps``, not on ``until``).
-    The global random generator (dropout's masks) is seeded with ``seed`` and restored after."""
+    The global random generator is seeded with ``seed`` and restored after; dropout's masks come
+    from the trainer's own generator states, seeded with ``seed`` too (the same masks as when they
+    came from the global generator, which the committed records were made with)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return _run(grid, row, seed, command, code, corpus, train_config, until)

@@ -14,7 +14,8 @@ Conventions
 -----------
 * Reproducible: the model's initial weights come from ``seed`` (:func:`build_model`), the batches from
   a CPU ``torch.Generator`` seeded with ``seed + 1``, dropout's masks from generator states seeded
-  with ``seed + 2`` (``randomness``), both owned by the :class:`Trainer`; the same seed gives the
+  with ``seed`` (``randomness``; the weights' generator is another one), both owned by the
+  :class:`Trainer`; the same seed gives the
   same losses, and a checkpoint carries both states, so that a resumed run continues the exact loss
   trajectory of an uninterrupted one (on a GPU, up to its kernels' own nondeterminism).
 * Checkpoints hold only tensors and plain Python values (configs as dicts), written atomically and

@@ -148,7 +148,8 @@ class Trainer:
 
     Randomness: the initial weights come from the caller (:func:`build_model` draws them from
     ``config.seed``), the batches from a CPU generator seeded with ``seed + 1``, dropout's masks
-    from generator states seeded with ``seed + 2`` (:mod:`~course_lib.training.randomness`): the
+    from generator states seeded with ``seed`` (:mod:`~course_lib.training.randomness`; the
+    stream the experiment runner's records were made with, ``torch.manual_seed(seed)``): the
     same seed gives the same losses whatever ran before in the process, and a checkpoint carries
     both, so a resumed run continues the uninterrupted one's losses exactly.
     """
@@ -202,7 +203,7 @@ class Trainer:
         self.scaler = make_grad_scaler(self.precision, self.device)  # float16 only
         self.skipped_steps: list[int] = []  # float16 steps the scaler skipped (overflow)
         self.generator = torch.Generator().manual_seed(config.seed + 1)  # the batches (CPU)
-        self.rng = seeded_states(config.seed + 2, self.device)  # dropout's (randomness.py)
+        self.rng = seeded_states(config.seed, self.device)  # dropout's (randomness.py)
         self._drawing = False  # inside train(): the global generators hold self.rng's draws
         self.step = 0
         self.history: list[dict] = []
