@@ -43,7 +43,8 @@ so the same training step page-faults its activations in afresh on one occasion 
 memory on another: in one process, run first, Hugging Face's Llama step took 3,000 minor page
 faults a step and course_lib's 1,800, while after the block and generation benchmarks neither took
 any. That history, not the model, moved the ratio by several percent. Pinning the thresholds
-(``mallopt``: blocks up to 32 MiB come from the heap, which is never trimmed) gives every step warm
+(``mallopt``, in ``course_lib.allocator``: blocks up to 32 MiB come from the heap, which is never
+trimmed) gives every step warm
 memory whatever ran before it; the training section prints the page faults per step that remain.
 
 On a GPU (``--device cuda``) the same comparisons run on the device, in float32 (TF32 off, torch's
@@ -64,7 +65,6 @@ that explain a miss.
 
 # Annotations are evaluated (no `from __future__ import annotations`): the tests import this script
 # from its file without registering it in sys.modules, where dataclasses look string annotations up.
-import ctypes
 import os
 import platform
 import random
@@ -81,6 +81,7 @@ from torch.profiler import profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import counting
+from course_lib.allocator import keep_freed_memory as pin_heap  # glibc: see its docstring
 from course_lib._cli import OneLineParser
 from course_lib._io import write_json
 from course_lib.device import usable_device
@@ -185,21 +186,6 @@ def paired_ratio(theirs: list[float], ours: list[float], resamples: int = 2000) 
     draw = random.Random(1)
     medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-
-
-def pin_heap() -> bool:
-    """Stop glibc from returning freed memory to the kernel between steps (see the module
-    docstring): blocks up to 32 MiB (``M_MMAP_THRESHOLD``, glibc's largest) come from the heap, and
-    the heap is trimmed only beyond 1 GiB of free space at its top (``M_TRIM_THRESHOLD``). Setting
-    either also switches off glibc's history-dependent adjustment of both. False where the C
-    library is not glibc; nothing is changed then."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's <malloc.h>
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
 
 
 def page_faults_per_call(fn: Callable[[], object], calls: int = 5) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .allocator import keep_freed_memory
 from .device import get_device
 
 
@@ -31,8 +32,11 @@ def seed_everything(seed: int) -> None:
 
 
 def setup(seed: int = 0) -> torch.device:
-    """Seed the generators, set readable print and plot defaults, and return the device to use."""
+    """Seed the generators, set readable print and plot defaults, keep freed memory in the process
+    (:func:`~course_lib.allocator.keep_freed_memory`: timings then measure the computation, not the
+    operating system handing out fresh pages), and return the device to use."""
     seed_everything(seed)
+    keep_freed_memory()
     torch.set_printoptions(precision=4, sci_mode=False)
     np.set_printoptions(precision=4, suppress=True)
     import matplotlib as mpl

@@ -4,6 +4,7 @@ its caption and alt text, the same HTML on the site, in Jupyter and in Colab."""
 from __future__ import annotations
 
 import ast
+import platform
 
 import matplotlib
 
@@ -73,3 +74,16 @@ def test_captions_and_alt_text_are_escaped():
     figure = notebook.CaptionedFigure(b"\x89PNG", caption="a < b & c", alt='say "hi"', width=10)
     html = figure._repr_html_()
     assert "a &lt; b &amp; c" in html and 'alt="say &quot;hi&quot;"' in html
+
+
+def test_setup_keeps_freed_memory_in_the_process(monkeypatch):
+    """setup() asks glibc to keep freed memory (course_lib.allocator), so that chapter timings
+    measure computation, not page faults; glibc takes both settings on this Linux machine."""
+    from course_lib import allocator, notebook
+
+    calls = []
+    monkeypatch.setattr(notebook, "keep_freed_memory", lambda: calls.append(True) or True)
+    notebook.setup(seed=0)
+    assert calls == [True]
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert allocator.keep_freed_memory() is True
