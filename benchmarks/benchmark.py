@@ -84,7 +84,7 @@ from course_lib import counting
 from course_lib.allocator import keep_freed_memory as pin_heap  # glibc: see its docstring
 from course_lib._cli import OneLineParser
 from course_lib._io import write_json
-from course_lib.device import usable_device
+from course_lib.device import synchronize, usable_device
 from course_lib.block import TransformerBlock
 from course_lib.config import ModelConfig
 from course_lib.model import DecoderLM
@@ -141,11 +141,10 @@ SMOKE = Sizes(block=dict(d_model=64, n_heads=4, n_kv_heads=2, d_ff=172), block_t
 # --- timing ----------------------------------------------------------------------------------------
 
 def synchronizer(device: torch.device) -> Callable[[], None]:
-    """What makes the host wait for the device's queued work: ``torch.cuda.synchronize`` on a CUDA
-    device, nothing on a CPU (whose calls return when their work is done)."""
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+    """What makes the host wait for the device's queued work, as a call of no arguments
+    (:func:`course_lib.device.synchronize`: ``torch.cuda.synchronize`` on a CUDA device, nothing
+    on a CPU, whose calls return when their work is done)."""
+    return lambda: synchronize(device)
 
 
 def round_robin_samples(candidates: dict[str, Callable[[], object]], rounds: int,
